@@ -1,0 +1,237 @@
+//! kvcm configuration: embedded documented defaults (`core/config/default.toml`) → a TOML file
+//! (`-c FILE`) → `KVCM_*` environment variables, later layers winning.
+//!
+//! Every key must exist in the embedded defaults, so a typo in a file is an error naming the key,
+//! and an environment variable is parsed with the type of its default. After merging, the whole
+//! config is deserialized into [`Config`] and validated; every error names the offending key.
+
+use serde::Deserialize;
+use std::path::Path;
+
+/// The embedded defaults, documented inline.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Environment variables with the `KVCM_` prefix that belong to the shell scripts, not to the
+/// server; they are not reported as unknown.
+const SCRIPT_VARS: &[&str] =
+    &["home", "root", "valkey_base_port", "valkey_primaries", "valkey_replicas", "valkey_dir", "test_valkey_url"];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub bind: String,
+    pub meta_port: u16,
+    pub admin_port: u16,
+    pub valkey_url: String,
+    pub namespace: String,
+    pub valkey_timeout_ms: u64,
+    pub valkey_connect_timeout_ms: u64,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub access_log: bool,
+    pub max_body_bytes: usize,
+    pub request_timeout_ms: u64,
+    pub registry_refresh_ms: u64,
+    pub startup_config: String,
+    pub meta_auth: bool,
+    pub node_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// What loading produced besides the config: notes for the log once logging is up.
+#[derive(Debug, Default)]
+pub struct LoadNotes {
+    pub ignored_env: Vec<String>,
+}
+
+impl Config {
+    /// Loads defaults, then `file` if given, then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<(Config, LoadNotes), ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_from(file, &env)
+    }
+
+    /// Same as [`Config::load`] with an explicit environment (for tests).
+    pub fn load_from(file: Option<&Path>, env: &[(String, String)]) -> Result<(Config, LoadNotes), ConfigError> {
+        let defaults: toml::Table =
+            toml::from_str(DEFAULT_TOML).map_err(|e| ConfigError(format!("embedded defaults do not parse: {e}")))?;
+        let mut merged = defaults.clone();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("cannot read config file {}: {e}", path.display())))?;
+            let layer: toml::Table = toml::from_str(&text)
+                .map_err(|e| ConfigError(format!("config file {} is not valid TOML: {e}", path.display())))?;
+            merge(&mut merged, layer);
+        }
+        let mut notes = LoadNotes::default();
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("KVCM_") else { continue };
+            let key = rest.to_ascii_lowercase();
+            let path: Vec<&str> = key.split("__").collect();
+            match lookup(&defaults, &path) {
+                Some(default) => {
+                    let parsed = parse_like(default, value)
+                        .map_err(|why| ConfigError(format!("environment variable {name}={value:?}: {why}")))?;
+                    set(&mut merged, &path, parsed);
+                }
+                None if SCRIPT_VARS.contains(&key.as_str()) => {}
+                None => notes.ignored_env.push(name.clone()),
+            }
+        }
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged))
+            .map_err(|e| ConfigError(format!("key `{}`: {}", e.path(), e.inner())))?;
+        config.validate()?;
+        Ok((config, notes))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError(format!("key `{key}`: {why}")));
+        if self.bind.parse::<std::net::IpAddr>().is_err() {
+            return bad("bind", "must be an IP address such as 127.0.0.1 or 0.0.0.0");
+        }
+        if self.meta_port != 0 && self.meta_port == self.admin_port {
+            return bad("admin_port", "must differ from meta_port");
+        }
+        if self.valkey_urls().is_empty() {
+            return bad("valkey_url", "must name at least one redis:// or rediss:// seed node");
+        }
+        for url in self.valkey_urls() {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return bad("valkey_url", &format!("\"{url}\" must start with redis:// or rediss://"));
+            }
+        }
+        if self.namespace.is_empty() || !self.namespace.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return bad("namespace", "must be non-empty and use only letters, digits, '-', '_' and '.'");
+        }
+        if self.valkey_timeout_ms == 0 || self.valkey_connect_timeout_ms == 0 {
+            return bad("valkey_timeout_ms", "timeouts must be positive");
+        }
+        if self.max_body_bytes < 1024 {
+            return bad("max_body_bytes", "must be at least 1024");
+        }
+        if self.request_timeout_ms == 0 {
+            return bad("request_timeout_ms", "must be positive");
+        }
+        if self.registry_refresh_ms == 0 {
+            return bad("registry_refresh_ms", "must be positive");
+        }
+        if !self.startup_config.is_empty() && !Path::new(&self.startup_config).is_file() {
+            return bad("startup_config", &format!("file {} does not exist", self.startup_config));
+        }
+        Ok(())
+    }
+
+    /// The seed node URLs of `valkey_url`.
+    pub fn valkey_urls(&self) -> Vec<String> {
+        self.valkey_url.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    }
+}
+
+fn merge(into: &mut toml::Table, from: toml::Table) {
+    for (k, v) in from {
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+fn lookup<'a>(t: &'a toml::Table, path: &[&str]) -> Option<&'a toml::Value> {
+    let (first, rest) = path.split_first()?;
+    let v = t.get(*first)?;
+    if rest.is_empty() {
+        return Some(v);
+    }
+    match v {
+        toml::Value::Table(inner) => lookup(inner, rest),
+        _ => None,
+    }
+}
+
+fn set(t: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let Some((first, rest)) = path.split_first() else { return };
+    if rest.is_empty() {
+        t.insert((*first).to_string(), value);
+    } else if let Some(toml::Value::Table(inner)) = t.get_mut(*first) {
+        set(inner, rest, value);
+    }
+}
+
+/// Parses an environment value with the type of the key's default.
+fn parse_like(default: &toml::Value, raw: &str) -> Result<toml::Value, String> {
+    Ok(match default {
+        toml::Value::Integer(_) => {
+            toml::Value::Integer(raw.trim().parse().map_err(|_| "expected an integer".to_string())?)
+        }
+        toml::Value::Float(_) => toml::Value::Float(raw.trim().parse().map_err(|_| "expected a number".to_string())?),
+        toml::Value::Boolean(_) => toml::Value::Boolean(match raw.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => true,
+            "0" | "false" | "no" | "off" => false,
+            _ => return Err("expected true or false".into()),
+        }),
+        toml::Value::String(_) => toml::Value::String(raw.to_string()),
+        _ => return Err("this key cannot be set from the environment".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn embedded_defaults_load_and_validate() {
+        let (c, notes) = Config::load_from(None, &[]).unwrap();
+        assert_eq!((c.meta_port, c.admin_port), (6382, 6492));
+        assert!(notes.ignored_env.is_empty());
+    }
+
+    #[test]
+    fn environment_overrides_file_which_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("kvcm-config-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "meta_port = 7000\nadmin_port = 7001\nlog_format = \"json\"\n").unwrap();
+        let (c, notes) = Config::load_from(
+            Some(&file),
+            &env(&[("KVCM_META_PORT", "7100"), ("KVCM_TYPO", "1"), ("KVCM_HOME", "/x")]),
+        )
+        .unwrap();
+        assert_eq!((c.meta_port, c.admin_port, c.log_format), (7100, 7001, LogFormat::Json));
+        assert_eq!(notes.ignored_env, vec!["KVCM_TYPO".to_string()]);
+    }
+
+    #[test]
+    fn errors_name_the_offending_key() {
+        let e = Config::load_from(None, &env(&[("KVCM_META_PORT", "abc")])).unwrap_err().to_string();
+        assert!(e.contains("KVCM_META_PORT") && e.contains("integer"), "{e}");
+        let e = Config::load_from(None, &env(&[("KVCM_META_PORT", "70000")])).unwrap_err().to_string();
+        assert!(e.contains("meta_port"), "{e}");
+        let e = Config::load_from(None, &env(&[("KVCM_LOG_FORMAT", "xml")])).unwrap_err().to_string();
+        assert!(e.contains("log_format"), "{e}");
+        let e = Config::load_from(None, &env(&[("KVCM_VALKEY_URL", "http://x")])).unwrap_err().to_string();
+        assert!(e.contains("valkey_url"), "{e}");
+        let dir = std::env::temp_dir().join(format!("kvcm-config-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "meta_prot = 1\n").unwrap();
+        let e = Config::load_from(Some(&file), &[]).unwrap_err().to_string();
+        assert!(e.contains("meta_prot"), "{e}");
+    }
+}

@@ -1,0 +1,16 @@
+//! kvcm-core: everything kvcm's processes share — wire (JSON) types, validation, the Valkey key
+//! schema, Lua script bindings, the registry, configuration and password hashing.
+//!
+//! Binaries (`kvcm-api`, later `kvcm-worker`) stay thin: they load a [`config::Config`], connect
+//! with [`valkey::connect`], open the [`registry::Registry`] and serve.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod keys;
+pub mod registry;
+pub mod scripts;
+pub mod valkey;
+pub mod wire;
+
+pub use error::{Error, Result};

@@ -1,0 +1,450 @@
+//! The registry: storages, instance groups, instances and accounts, kept in Valkey under the
+//! `{reg}` hash tag (DESIGN §3) and cached by every frontend.
+//!
+//! * **Writes** go through one Lua script per operation (`lua/registry_*.lua`), so checks and
+//!   changes are atomic across frontends: removing a storage a group uses, creating a group on
+//!   a missing storage, or registering past `max_instance_count` cannot race.
+//! * **Reads** on the request path use a [`Snapshot`] cached in process. Every change bumps a
+//!   version counter; [`Registry::refresh`] compares it (one GET) and reloads the whole snapshot
+//!   atomically (`registry_snapshot.lua`) when it moved. Frontends refresh on a short timer and
+//!   at once when a request names an instance they do not know, so an instance registered on
+//!   one frontend is usable on every other immediately. Admin-plane reads always reload.
+//!
+//! Failure: if Valkey is unreachable, writes fail with SERVICE_NOT_READY and the cached
+//! snapshot keeps serving reads of known instances.
+
+pub mod tair_format;
+pub mod validate;
+
+use crate::error::{Error, Result};
+use crate::keys::RegistryKeys;
+use crate::scripts::{self, status_reply};
+use crate::wire::admin::{Account, AccountRole, InstanceGroup, StorageConfig};
+use crate::wire::{InstanceInfo, RegisterInstanceRequest, StatusCode};
+use redis::cluster_async::ClusterConnection;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+/// An account as stored: the password only as an Argon2id PHC string.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredAccount {
+    pub user_name: String,
+    pub role: AccountRole,
+    pub password_hash: String,
+}
+
+/// One consistent copy of the whole registry.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub version: u64,
+    pub storages: BTreeMap<String, StorageConfig>,
+    pub groups: BTreeMap<String, InstanceGroup>,
+    pub instances: HashMap<String, Arc<InstanceInfo>>,
+    pub accounts: BTreeMap<String, StoredAccount>,
+}
+
+impl Snapshot {
+    /// The group's candidate storages that exist, in candidate order.
+    pub fn group_storages(&self, group: &str) -> Vec<&StorageConfig> {
+        self.groups
+            .get(group)
+            .map(|g| g.storage_candidates.iter().filter_map(|n| self.storages.get(n)).collect())
+            .unwrap_or_default()
+    }
+}
+
+type SnapshotReply = (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -> Vec<(String, T)> {
+    let mut out = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        match serde_json::from_str(&v) {
+            Ok(t) => out.push((k, t)),
+            // A record we cannot read must not take the whole registry down; it is logged and
+            // skipped (it can still be removed through the admin plane).
+            Err(e) => tracing::error!(%what, name = %k, error = %e, "skipping unreadable registry record"),
+        }
+    }
+    out
+}
+
+/// The registry client: cached snapshot plus admin operations.
+pub struct Registry {
+    conn: ClusterConnection,
+    keys: RegistryKeys,
+    cache: RwLock<Arc<Snapshot>>,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("version", &self.snapshot().version).finish()
+    }
+}
+
+impl Registry {
+    /// Connects the registry to Valkey and loads the first snapshot.
+    pub async fn open(conn: ClusterConnection, namespace: &str) -> Result<Arc<Registry>> {
+        let reg = Arc::new(Registry {
+            conn,
+            keys: RegistryKeys::new(namespace),
+            cache: RwLock::new(Arc::new(Snapshot::default())),
+            reload_lock: tokio::sync::Mutex::new(()),
+        });
+        reg.reload().await?;
+        Ok(reg)
+    }
+
+    /// The cached snapshot (cheap: an `Arc` clone).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.cache.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn conn(&self) -> ClusterConnection {
+        self.conn.clone()
+    }
+
+    /// Reloads the snapshot if the stored version moved. Returns whether it reloaded.
+    pub async fn refresh(&self) -> Result<bool> {
+        let stored: Option<u64> = redis::cmd("GET").arg(&self.keys.version).query_async(&mut self.conn()).await?;
+        if stored.unwrap_or(0) == self.snapshot().version {
+            return Ok(false);
+        }
+        self.reload().await?;
+        Ok(true)
+    }
+
+    /// Reads the whole registry atomically and replaces the cached snapshot.
+    pub async fn reload(&self) -> Result<Arc<Snapshot>> {
+        let _single_flight = self.reload_lock.lock().await;
+        let mut inv = scripts::REGISTRY_SNAPSHOT.script().prepare_invoke();
+        for k in self.keys.all() {
+            inv.key(k);
+        }
+        let (_, version, storages, disabled, groups, instances, accounts): SnapshotReply =
+            inv.invoke_async(&mut self.conn()).await?;
+        let mut snap = Snapshot {
+            version: version.parse().unwrap_or(0),
+            storages: decode_pairs("storage", storages).into_iter().collect(),
+            groups: decode_pairs("group", groups).into_iter().collect(),
+            instances: decode_pairs::<InstanceInfo>("instance", instances)
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect(),
+            accounts: decode_pairs("account", accounts).into_iter().collect(),
+        };
+        for (name, s) in snap.storages.iter_mut() {
+            s.is_available = !disabled.contains(name);
+        }
+        let snap = Arc::new(snap);
+        let mut w = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        // Never go backwards if a slower reload raced a newer one.
+        if snap.version >= w.version {
+            *w = snap.clone();
+        }
+        Ok(w.clone())
+    }
+
+    /// The registered instance, refreshing once if this frontend does not know it yet.
+    pub async fn instance(&self, id: &str) -> Result<Arc<InstanceInfo>> {
+        if let Some(i) = self.snapshot().instances.get(id) {
+            return Ok(i.clone());
+        }
+        self.refresh().await?;
+        self.snapshot().instances.get(id).cloned().ok_or_else(|| {
+            Error::status(
+                StatusCode::INSTANCE_NOT_EXIST,
+                format!("instance '{id}' is not registered; call registerInstance first"),
+            )
+        })
+    }
+
+    async fn run(&self, script: &scripts::LuaScript, keys: &[&str], args: &[&str]) -> Result<String> {
+        let mut inv = script.script().prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        let reply: (i64, String) = inv.invoke_async(&mut self.conn()).await?;
+        status_reply(reply)
+    }
+
+    /// Runs a registry write and refreshes this frontend's snapshot so its next read sees it.
+    async fn write(&self, script: &scripts::LuaScript, keys: &[&str], args: &[&str]) -> Result<String> {
+        let out = self.run(script, keys, args).await?;
+        if let Err(e) = self.reload().await {
+            tracing::warn!(error = %e, "registry reload after a write failed; the timer will retry");
+        }
+        Ok(out)
+    }
+
+    // ---- storages ----
+
+    pub async fn add_storage(&self, mut cfg: StorageConfig) -> Result<()> {
+        validate::storage(&mut cfg)?;
+        let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
+        let k = &self.keys;
+        self.write(&scripts::REGISTRY_ADD_STORAGE, &[&k.version, &k.storages], &[&cfg.global_unique_name, &json])
+            .await
+            .map(drop)
+    }
+
+    /// Replaces a storage's config. Changing where its blocks live (type, root path, mount
+    /// point, mooncake master…) requires `force`: blocks already written there would no longer
+    /// be found by their URIs.
+    pub async fn update_storage(&self, mut cfg: StorageConfig, force: bool) -> Result<()> {
+        validate::storage(&mut cfg)?;
+        let name = cfg.global_unique_name.clone();
+        let k = &self.keys;
+        let current: Option<String> =
+            redis::cmd("HGET").arg(&k.storages).arg(&name).query_async(&mut self.conn()).await?;
+        let Some(current) = current else {
+            return Err(Error::invalid(format!("storage '{name}' does not exist; add it with addStorage")));
+        };
+        let old: StorageConfig = serde_json::from_str(&current).map_err(|e| Error::internal(e.to_string()))?;
+        if !force && validate::storage_placement(&old) != validate::storage_placement(&cfg) {
+            return Err(Error::invalid(format!(
+                "this update changes where storage '{name}' keeps its blocks (type, path or key space); \
+                 blocks already written there would be lost to kvcm. Set force_update to do it anyway"
+            )));
+        }
+        let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
+        self.write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &[&name, &current, &json])
+            .await
+            .map(drop)
+    }
+
+    pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
+        validate::name("storage_unique_name", name)?;
+        let k = &self.keys;
+        let flag = if available { "1" } else { "0" };
+        self.write(
+            &scripts::REGISTRY_SET_STORAGE_AVAILABLE,
+            &[&k.version, &k.storages, &k.storages_disabled],
+            &[name, flag],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn remove_storage(&self, name: &str) -> Result<()> {
+        validate::name("storage_unique_name", name)?;
+        let k = &self.keys;
+        self.write(
+            &scripts::REGISTRY_REMOVE_STORAGE,
+            &[&k.version, &k.storages, &k.storages_disabled, &k.groups],
+            &[name],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn list_storages(&self) -> Result<Vec<StorageConfig>> {
+        Ok(self.reload().await?.storages.values().cloned().collect())
+    }
+
+    // ---- instance groups ----
+
+    pub async fn create_group(&self, g: InstanceGroup) -> Result<()> {
+        validate::group(&g)?;
+        let json = serde_json::to_string(&g).map_err(|e| Error::internal(e.to_string()))?;
+        let k = &self.keys;
+        let mut args: Vec<&str> = vec![&g.name, &json];
+        args.extend(g.storage_candidates.iter().map(String::as_str));
+        self.write(&scripts::REGISTRY_CREATE_GROUP, &[&k.version, &k.groups, &k.storages], &args).await.map(drop)
+    }
+
+    /// Optimistic update: the stored version must equal `current_version`, and the new group's
+    /// version must be larger.
+    pub async fn update_group(&self, g: InstanceGroup, current_version: i64) -> Result<()> {
+        validate::group(&g)?;
+        if g.version <= current_version {
+            return Err(Error::invalid(format!(
+                "instance_group.version ({}) must be larger than current_version ({current_version})",
+                g.version
+            )));
+        }
+        let json = serde_json::to_string(&g).map_err(|e| Error::internal(e.to_string()))?;
+        let cur = current_version.to_string();
+        let k = &self.keys;
+        let mut args: Vec<&str> = vec![&g.name, &json, &cur];
+        args.extend(g.storage_candidates.iter().map(String::as_str));
+        self.write(&scripts::REGISTRY_UPDATE_GROUP, &[&k.version, &k.groups, &k.storages], &args).await.map(drop)
+    }
+
+    pub async fn remove_group(&self, name: &str) -> Result<()> {
+        validate::name("name", name)?;
+        let k = &self.keys;
+        self.write(&scripts::REGISTRY_REMOVE_GROUP, &[&k.version, &k.groups, &k.group_instances], &[name])
+            .await
+            .map(drop)
+    }
+
+    pub async fn get_group(&self, name: &str) -> Result<InstanceGroup> {
+        validate::name("name", name)?;
+        self.reload()
+            .await?
+            .groups
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::invalid(format!("instance group '{name}' does not exist")))
+    }
+
+    pub async fn list_groups(&self) -> Result<Vec<InstanceGroup>> {
+        Ok(self.reload().await?.groups.values().cloned().collect())
+    }
+
+    // ---- instances ----
+
+    /// Registers an instance (idempotent for an identical registration) and returns the
+    /// `storage_configs` JSON string of its group's candidate storages.
+    pub async fn register_instance(&self, req: &RegisterInstanceRequest) -> Result<String> {
+        let mut info = validate::registration(req)?;
+        let snap = self.snapshot();
+        let group = match snap.groups.get(&req.instance_group) {
+            Some(g) => g.clone(),
+            None => self.get_group(&req.instance_group).await.map_err(|_| {
+                Error::invalid(format!(
+                    "instance group '{}' does not exist; create it with createInstanceGroup",
+                    req.instance_group
+                ))
+            })?,
+        };
+        info.quota_group_name = group.global_quota_group_name.clone();
+        let fp = validate::fingerprint(&info);
+        let json = serde_json::to_string(&info).map_err(|e| Error::internal(e.to_string()))?;
+        let k = &self.keys;
+        let res = self
+            .write(
+                &scripts::REGISTRY_REGISTER_INSTANCE,
+                &[&k.version, &k.groups, &k.group_instances, &k.instances, &k.instance_fp],
+                &[&info.instance_id, &info.instance_group_name, &json, &fp],
+            )
+            .await;
+        match res {
+            Ok(_) => Ok(self.storage_configs(&info.instance_group_name)),
+            Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, message }) => {
+                let diff = serde_json::from_str::<InstanceInfo>(&message)
+                    .map(|stored| validate::registration_diff(&stored, &info))
+                    .unwrap_or_default();
+                Err(Error::status(
+                    StatusCode::DUPLICATE_ENTITY,
+                    format!(
+                        "instance '{}' is already registered with a different {}; remove it first or use another instance_id",
+                        info.instance_id,
+                        if diff.is_empty() { "configuration".to_string() } else { diff.join(", ") }
+                    ),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The group's candidate storages as Tair-format JSON text.
+    pub fn storage_configs(&self, group: &str) -> String {
+        let snap = self.snapshot();
+        let list: Vec<_> = snap.group_storages(group).into_iter().map(tair_format::storage_to_value).collect();
+        serde_json::Value::Array(list).to_string()
+    }
+
+    /// Removes an instance from the registry. `group`, if not empty, must be its group.
+    pub async fn remove_instance(&self, id: &str, group: &str) -> Result<String> {
+        validate::instance_id(id)?;
+        let k = &self.keys;
+        self.write(
+            &scripts::REGISTRY_REMOVE_INSTANCE,
+            &[&k.version, &k.group_instances, &k.instances, &k.instance_fp],
+            &[id, group],
+        )
+        .await
+    }
+
+    /// Instances of one group, or of all groups when `group` is empty, sorted by id.
+    pub async fn list_instances(&self, group: &str) -> Result<Vec<InstanceInfo>> {
+        let snap = self.reload().await?;
+        if !group.is_empty() && !snap.groups.contains_key(group) {
+            return Err(Error::invalid(format!("instance group '{group}' does not exist")));
+        }
+        let mut out: Vec<InstanceInfo> = snap
+            .instances
+            .values()
+            .filter(|i| group.is_empty() || i.instance_group_name == group)
+            .map(|i| (**i).clone())
+            .collect();
+        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        Ok(out)
+    }
+
+    // ---- accounts ----
+
+    pub async fn add_account(&self, user: &str, password: &str, role: AccountRole) -> Result<()> {
+        validate::name("user_name", user)?;
+        if password.len() < 8 {
+            return Err(Error::invalid("password must have at least 8 characters"));
+        }
+        if password.len() > 1024 {
+            return Err(Error::invalid("password must have at most 1024 characters"));
+        }
+        let acct = StoredAccount { user_name: user.into(), role, password_hash: crate::auth::hash_password(password)? };
+        let json = serde_json::to_string(&acct).map_err(|e| Error::internal(e.to_string()))?;
+        let k = &self.keys;
+        self.write(&scripts::REGISTRY_ADD_ACCOUNT, &[&k.version, &k.accounts], &[user, &json, role.name()])
+            .await
+            .map(drop)
+    }
+
+    pub async fn delete_account(&self, user: &str) -> Result<()> {
+        validate::name("user_name", user)?;
+        let k = &self.keys;
+        self.write(&scripts::REGISTRY_DELETE_ACCOUNT, &[&k.version, &k.accounts], &[user]).await.map(drop)
+    }
+
+    pub async fn list_accounts(&self) -> Result<Vec<Account>> {
+        Ok(self
+            .reload()
+            .await?
+            .accounts
+            .values()
+            .map(|a| Account { user_name: a.user_name.clone(), role: a.role })
+            .collect())
+    }
+
+    // ---- startup ----
+
+    /// Applies a startup file idempotently: storages and groups that do not exist are created;
+    /// existing ones are left as they are (and a differing config is logged).
+    pub async fn apply_startup(&self, startup: tair_format::Startup) -> Result<()> {
+        for cfg in startup.storages {
+            let name = cfg.global_unique_name.clone();
+            match self.add_storage(cfg).await {
+                Ok(()) => tracing::info!(storage = %name, "startup config: storage added"),
+                Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
+                    tracing::info!(storage = %name, "startup config: storage exists; left unchanged")
+                }
+                Err(e) => return Err(prefix(e, &format!("startup config storage '{name}'"))),
+            }
+        }
+        for g in startup.groups {
+            let name = g.name.clone();
+            match self.create_group(g).await {
+                Ok(()) => tracing::info!(group = %name, "startup config: instance group created"),
+                Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
+                    tracing::info!(group = %name, "startup config: instance group exists; left unchanged")
+                }
+                Err(e) => return Err(prefix(e, &format!("startup config instance group '{name}'"))),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn prefix(e: Error, what: &str) -> Error {
+    match e {
+        Error::Status { code, message } => Error::Status { code, message: format!("{what}: {message}") },
+        other => other,
+    }
+}

@@ -1,0 +1,111 @@
+//! The script registry: every Lua file in `lua/`, compiled into the binary, and the one
+//! function that turns a script's `{code, payload}` reply into a typed result.
+//!
+//! Scripts are loaded on every primary at start ([`load_all`]); calls use EVALSHA and fall back
+//! to loading the script when a node answers NOSCRIPT (after a restart or failover).
+
+use crate::error::{Error, Result};
+use crate::wire::StatusCode;
+use redis::Script;
+use std::sync::OnceLock;
+
+/// One Lua file: its name, its source and the compiled [`Script`] (SHA1 computed once).
+#[derive(Debug)]
+pub struct LuaScript {
+    pub file: &'static str,
+    pub source: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl LuaScript {
+    const fn new(file: &'static str, source: &'static str) -> Self {
+        LuaScript { file, source, script: OnceLock::new() }
+    }
+
+    /// The script, ready for `.key(..).arg(..).invoke_async(..)` (EVALSHA, NOSCRIPT fallback).
+    pub fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+}
+
+macro_rules! scripts {
+    ($($name:ident => $file:literal),+ $(,)?) => {
+        $(
+            #[doc = concat!("`lua/", $file, "`")]
+            pub static $name: LuaScript = LuaScript::new($file, include_str!(concat!("../../lua/", $file)));
+        )+
+        /// Every script, for loading at start and for tests.
+        pub static ALL: &[&LuaScript] = &[$(&$name),+];
+    };
+}
+
+scripts! {
+    REGISTRY_SNAPSHOT => "registry_snapshot.lua",
+    REGISTRY_ADD_STORAGE => "registry_add_storage.lua",
+    REGISTRY_UPDATE_STORAGE => "registry_update_storage.lua",
+    REGISTRY_SET_STORAGE_AVAILABLE => "registry_set_storage_available.lua",
+    REGISTRY_REMOVE_STORAGE => "registry_remove_storage.lua",
+    REGISTRY_CREATE_GROUP => "registry_create_group.lua",
+    REGISTRY_UPDATE_GROUP => "registry_update_group.lua",
+    REGISTRY_REMOVE_GROUP => "registry_remove_group.lua",
+    REGISTRY_REGISTER_INSTANCE => "registry_register_instance.lua",
+    REGISTRY_REMOVE_INSTANCE => "registry_remove_instance.lua",
+    REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
+    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
+}
+
+/// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).
+pub async fn load_all(conn: &mut redis::cluster_async::ClusterConnection) -> Result<()> {
+    for lua in ALL {
+        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(lua.source).query_async(conn).await?;
+        if sha != lua.script().get_hash() {
+            return Err(Error::internal(format!(
+                "SCRIPT LOAD of {} returned {sha}, expected {}",
+                lua.file,
+                lua.script().get_hash()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Maps a script's `{code, payload}` reply: code 1 gives the payload, any other code becomes a
+/// domain error carrying the script's message.
+pub fn status_reply(reply: (i64, String)) -> Result<String> {
+    let (code, payload) = reply;
+    if code == StatusCode::OK.number() as i64 {
+        return Ok(payload);
+    }
+    match StatusCode::from_number(code) {
+        Some(code) => Err(Error::status(code, payload)),
+        None => Err(Error::internal(format!("script returned unknown status {code}: {payload}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_has_a_documented_header() {
+        for lua in ALL {
+            let name = lua.file.trim_end_matches(".lua");
+            assert!(lua.source.starts_with(&format!("-- {name}:")), "{} header must start with its name", lua.file);
+            for section in ["KEYS[1]", "Reply:", "Example:"] {
+                assert!(lua.source.contains(section), "{} header lacks {section}", lua.file);
+            }
+        }
+    }
+
+    #[test]
+    fn every_lua_file_is_registered() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
+        let registered: Vec<&str> = ALL.iter().map(|l| l.file).collect();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".lua") {
+                assert!(registered.contains(&name.as_str()), "{name} is not in scripts!");
+            }
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Admin-plane messages (`AdminService` of Tair KVCM): storages, instance groups, instance
+//! listing, accounts, metrics, health and cluster info.
+//!
+//! Storage and group messages are also what the registry stores, so fields kvcm does not use
+//! (`global_quota_group_name`, `data_storage_strategy`, `meta_indexer_config`, …) survive a
+//! round trip unchanged.
+
+use super::codec::{int64, null_default, uint64};
+use super::common::{InstanceInfo, StorageType};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct LocalStorageSpec {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct NfsStorageSpec {
+    pub root_path: String,
+    pub key_count_per_file: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct ThreeFsStorageSpec {
+    pub cluster_name: String,
+    pub mountpoint: String,
+    pub root_dir: String,
+    pub key_count_per_file: i32,
+    pub touch_file_when_create: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct VcnsThreeFsStorageSpec {
+    pub cluster_name: String,
+    pub mountpoint: String,
+    pub root_dir: String,
+    pub key_count_per_file: i32,
+    pub touch_file_when_create: bool,
+    pub remote_host: String,
+    pub remote_port: i32,
+    pub meta_storage_uri: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct MooncakeStorageSpec {
+    pub local_hostname: String,
+    pub metadata_connstring: String,
+    pub protocol: String,
+    pub rdma_device: String,
+    pub master_service_entry: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct TairMemPoolStorageSpec {
+    pub domain: String,
+    pub timeout: i32,
+    pub service_discovery_url: String,
+}
+
+/// `StorageConfig`: a name plus exactly one spec (a protobuf oneof: unset members are omitted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct StorageConfig {
+    pub global_unique_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threefs: Option<ThreeFsStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mooncake: Option<MooncakeStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tair_mem_pool: Option<TairMemPoolStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcnsthreefs: Option<VcnsThreeFsStorageSpec>,
+    pub check_storage_available_when_open: bool,
+    /// kvcm extension (Tair keeps this internal): false after `disableStorage`.
+    /// Ignored on input; the registry owns it.
+    #[serde(default = "yes")]
+    pub is_available: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl StorageConfig {
+    /// The storage type of the spec that is set, or `None` when no spec (or several) is set.
+    pub fn storage_type(&self) -> Option<StorageType> {
+        let set = [
+            self.local.is_some(),
+            self.threefs.is_some(),
+            self.mooncake.is_some(),
+            self.tair_mem_pool.is_some(),
+            self.nfs.is_some(),
+            self.vcnsthreefs.is_some(),
+        ];
+        if set.iter().filter(|s| **s).count() != 1 {
+            return None;
+        }
+        Some(if self.local.is_some() || self.nfs.is_some() {
+            StorageType::ST_NFS
+        } else if self.threefs.is_some() {
+            StorageType::ST_3FS
+        } else if self.mooncake.is_some() {
+            StorageType::ST_MOONCAKE
+        } else if self.tair_mem_pool.is_some() {
+            StorageType::ST_TAIRMEMPOOL
+        } else {
+            StorageType::ST_VCNS_3FS
+        })
+    }
+}
+
+crate::wire_enum! {
+    pub enum ReclaimPolicy { POLICY_UNSPECIFIED = 0, POLICY_LRU = 1, POLICY_LFU = 2, POLICY_TTL = 3 }
+}
+
+crate::wire_enum! {
+    /// `CacheConfig.data_storage_strategy`; stored and echoed, the candidates order decides.
+    pub enum CachePreferStrategy {
+        CPS_UNSPECIFIED = 0,
+        CPS_ALWAYS_3FS = 1,
+        CPS_PREFER_3FS = 2,
+        CPS_ALWAYS_MOONCAKE = 3,
+        CPS_PREFER_MOONCAKE = 4,
+        CPS_ALWAYS_TAIR_MEMPOOL = 5,
+        CPS_PREFER_TAIR_MEMPOOL = 6,
+        CPS_ALWAYS_VCNS_3FS = 7,
+        CPS_PREFER_VCNS_3FS = 8,
+    }
+}
+
+crate::wire_enum! {
+    pub enum AccountRole { ROLE_USER = 0, ROLE_ADMIN = 1 }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TriggerStrategy {
+    #[serde(with = "int64")]
+    pub used_size: i64,
+    pub used_percentage: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct QuotaConfig {
+    pub storage_type: StorageType,
+    #[serde(with = "int64")]
+    pub capacity: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct InstanceGroupQuota {
+    #[serde(with = "int64")]
+    pub capacity: i64,
+    #[serde(deserialize_with = "null_default")]
+    pub quota_config: Vec<QuotaConfig>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CacheReclaimStrategy {
+    pub storage_unique_name: String,
+    pub reclaim_policy: ReclaimPolicy,
+    pub trigger_strategy: TriggerStrategy,
+    pub trigger_period_seconds: i32,
+    pub reclaim_step_size: i32,
+    pub reclaim_step_percentage: i32,
+    pub delay_before_delete_ms: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CacheConfig {
+    pub reclaim_strategy: CacheReclaimStrategy,
+    pub data_storage_strategy: CachePreferStrategy,
+    /// Tair's meta indexer tuning; kvcm keeps its metadata in Valkey and echoes this back.
+    pub meta_indexer_config: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct InstanceGroup {
+    pub name: String,
+    #[serde(deserialize_with = "null_default")]
+    pub storage_candidates: Vec<String>,
+    pub global_quota_group_name: String,
+    #[serde(with = "int64")]
+    pub max_instance_count: i64,
+    pub quota: InstanceGroupQuota,
+    pub cache_config: CacheConfig,
+    pub user_data: String,
+    #[serde(with = "int64")]
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Account {
+    pub user_name: String,
+    pub role: AccountRole,
+}
+
+// ---- requests ----
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct AddStorageRequest {
+    pub trace_id: String,
+    pub storage: Option<StorageConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct UpdateStorageRequest {
+    pub trace_id: String,
+    pub storage: Option<StorageConfig>,
+    pub force_update: bool,
+}
+
+/// enableStorage / disableStorage / removeStorage.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct StorageNameRequest {
+    pub trace_id: String,
+    pub storage_unique_name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateInstanceGroupRequest {
+    pub trace_id: String,
+    pub instance_group: Option<InstanceGroup>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct UpdateInstanceGroupRequest {
+    pub trace_id: String,
+    pub instance_group: Option<InstanceGroup>,
+    #[serde(with = "int64")]
+    pub current_version: i64,
+}
+
+/// removeInstanceGroup / getInstanceGroup.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct GroupNameRequest {
+    pub trace_id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct RemoveInstanceRequest {
+    pub trace_id: String,
+    pub instance_group: String,
+    pub instance_id: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ListInstanceInfoRequest {
+    pub trace_id: String,
+    pub instance_group_name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct AddAccountRequest {
+    pub trace_id: String,
+    pub user_name: String,
+    pub password: String,
+    pub role: AccountRole,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct DeleteAccountRequest {
+    pub trace_id: String,
+    pub user_name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct UpdateLeaderElectorConfigRequest {
+    pub trace_id: String,
+    #[serde(with = "int64")]
+    pub campaign_delay_time_ms: i64,
+}
+
+// ---- responses (header added by the API layer) ----
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListStorageResponse {
+    pub storage: Vec<StorageConfig>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GetInstanceGroupResponse {
+    pub instance_group: InstanceGroup,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListInstanceGroupResponse {
+    pub instance_group: Vec<InstanceGroup>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdminGetInstanceInfoResponse {
+    pub instance_info: InstanceInfo,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListInstanceInfoResponse {
+    pub instance_info: Vec<InstanceInfo>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListAccountResponse {
+    pub accounts: Vec<Account>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricValue {
+    IntValue(#[serde(with = "int64")] i64),
+    FloatValue(f64),
+    StringValue(String),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct MetricsTag {
+    pub tag_key: String,
+    pub tag_value: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricsData {
+    pub metric_name: String,
+    pub metric_value: MetricValue,
+    pub metric_tags: Vec<MetricsTag>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GetMetricsResponse {
+    #[serde(with = "int64")]
+    pub timestamp: i64,
+    pub metrics: Vec<MetricsData>,
+    pub extra_data: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckHealthResponse {
+    pub is_leader: bool,
+    pub is_health: bool,
+    #[serde(with = "int64")]
+    pub elector_last_loop_time_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeEndpoint {
+    pub node_id: String,
+    pub host: String,
+    pub meta_rpc_port: i32,
+    pub meta_http_port: i32,
+    pub admin_rpc_port: i32,
+    pub admin_http_port: i32,
+    pub custom_info: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GetManagerClusterInfoResponse {
+    #[serde(with = "int64")]
+    pub info_updated_time: i64,
+    #[serde(with = "int64")]
+    pub self_leader_expiration_time: i64,
+    pub self_node_id: String,
+    pub leader_node_id: String,
+    pub leader_endpoint: NodeEndpoint,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GetLeaderElectorConfigResponse {
+    #[serde(with = "uint64")]
+    pub campaign_delay_time_ms: u64,
+}

@@ -1,0 +1,271 @@
+//! Serde helpers for the Tair KVCM JSON conventions (proto3 JSON mapping).
+//!
+//! * 64-bit integers are written as JSON strings and read from numbers or strings
+//!   ([`int64`], [`int64_vec`], [`uint64`]).
+//! * Enums are written as their names and read from names or numbers ([`wire_enum!`]).
+//!
+//! Deserializers fail with a message that names what was expected; the API turns these into
+//! `INVALID_ARGUMENT` (or HTTP 400 when the body is not JSON at all).
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serializer};
+use std::fmt;
+
+/// Parses an i64 written either as a JSON number or as a decimal string.
+struct I64Visitor;
+
+impl Visitor<'_> for I64Visitor {
+    type Value = i64;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a 64-bit integer (number or decimal string)")
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+        Ok(v)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+        i64::try_from(v).map_err(|_| E::custom(format!("{v} does not fit a signed 64-bit integer")))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
+        if v.fract() == 0.0 && v >= i64::MIN as f64 && v <= i64::MAX as f64 {
+            Ok(v as i64)
+        } else {
+            Err(E::custom(format!("{v} is not an integer")))
+        }
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<i64, E> {
+        v.trim().parse::<i64>().map_err(|_| E::custom(format!("\"{v}\" is not a 64-bit integer")))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
+        Ok(0)
+    }
+}
+
+/// `#[serde(with = "int64")]` for `i64` fields: string out, number or string in.
+pub mod int64 {
+    use super::*;
+    pub fn serialize<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        d.deserialize_any(I64Visitor)
+    }
+}
+
+/// `#[serde(with = "uint64")]` for non-negative 64-bit fields (capacities, versions).
+pub mod uint64 {
+    use super::*;
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let v = d.deserialize_any(U64Visitor)?;
+        Ok(v)
+    }
+    struct U64Visitor;
+    impl Visitor<'_> for U64Visitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a non-negative 64-bit integer (number or decimal string)")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom(format!("{v} is negative")))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            if v.fract() == 0.0 && v >= 0.0 && v <= u64::MAX as f64 {
+                Ok(v as u64)
+            } else {
+                Err(E::custom(format!("{v} is not a non-negative integer")))
+            }
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            v.trim().parse::<u64>().map_err(|_| E::custom(format!("\"{v}\" is not a non-negative 64-bit integer")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+            Ok(0)
+        }
+    }
+}
+
+/// `#[serde(with = "int64_vec")]` for `Vec<i64>` fields; `null` reads as empty.
+pub mod int64_vec {
+    use super::*;
+    use serde::ser::SerializeSeq;
+
+    pub fn serialize<S: Serializer>(v: &[i64], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(v.len()))?;
+        let mut buf = itoa_buf::Buf::default();
+        for x in v {
+            seq.serialize_element(buf.format(*x))?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
+        struct SeqVisitor;
+        impl<'de> Visitor<'de> for SeqVisitor {
+            type Value = Vec<i64>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of 64-bit integers")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Vec<i64>, E> {
+                Ok(Vec::new())
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<i64>, A::Error> {
+                let mut out = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 16));
+                while let Some(Elem(v)) = a.next_element()? {
+                    out.push(v);
+                }
+                Ok(out)
+            }
+        }
+        struct Elem(i64);
+        impl<'de> Deserialize<'de> for Elem {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(I64Visitor).map(Elem)
+            }
+        }
+        d.deserialize_any(SeqVisitor)
+    }
+
+    /// A tiny stack buffer for formatting integers without allocating per element.
+    mod itoa_buf {
+        use std::io::Write;
+        #[derive(Default)]
+        pub struct Buf([u8; 24]);
+        impl Buf {
+            pub fn format(&mut self, v: i64) -> &str {
+                let mut cursor = std::io::Cursor::new(&mut self.0[..]);
+                // 24 bytes always hold an i64 in decimal.
+                let _ = write!(cursor, "{v}");
+                let n = cursor.position() as usize;
+                std::str::from_utf8(&self.0[..n]).unwrap_or("0")
+            }
+        }
+    }
+}
+
+/// Null-tolerant deserialization for any `Default` field: `"x": null` reads as the default,
+/// as protobuf JSON parsers do.
+pub fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Declares a protobuf enum: written as its name, read from its name or its number.
+/// Unknown names or numbers are an error naming the enum and the accepted names.
+#[macro_export]
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $num:expr),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms, reason = "variants are the protocol's enum names")]
+        pub enum $name { #[default] $($(#[$vmeta])* $variant = $num),+ }
+
+        impl $name {
+            /// All variants, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The protocol name of this value.
+            pub fn name(self) -> &'static str {
+                match self { $($name::$variant => stringify!($variant)),+ }
+            }
+            /// The protocol number of this value.
+            pub fn number(self) -> i32 { self as i32 }
+            /// Looks a value up by protocol number.
+            pub fn from_number(n: i64) -> Option<Self> {
+                match n { $(x if x == $num => Some($name::$variant),)+ _ => None }
+            }
+            /// Looks a value up by protocol name.
+            pub fn from_name(s: &str) -> Option<Self> {
+                match s { $(stringify!($variant) => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result { f.write_str(self.name()) }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl ::serde::de::Visitor<'_> for V {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut ::std::fmt::Formatter) -> ::std::fmt::Result {
+                        write!(f, "a {} name or number", stringify!($name))
+                    }
+                    fn visit_str<E: ::serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        $name::from_name(v).ok_or_else(|| E::custom(format!(
+                            "unknown {} \"{}\" (expected one of {})", stringify!($name), v,
+                            [$(stringify!($variant)),+].join(", "))))
+                    }
+                    fn visit_i64<E: ::serde::de::Error>(self, v: i64) -> Result<$name, E> {
+                        $name::from_number(v).ok_or_else(|| E::custom(format!(
+                            "unknown {} number {}", stringify!($name), v)))
+                    }
+                    fn visit_u64<E: ::serde::de::Error>(self, v: u64) -> Result<$name, E> {
+                        self.visit_i64(i64::try_from(v).unwrap_or(-1))
+                    }
+                    fn visit_unit<E: ::serde::de::Error>(self) -> Result<$name, E> {
+                        Ok($name::default())
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Default)]
+    struct T {
+        #[serde(with = "super::int64", default)]
+        a: i64,
+        #[serde(with = "super::int64_vec", default)]
+        v: Vec<i64>,
+    }
+
+    #[test]
+    fn int64_fields_read_numbers_and_strings_and_write_strings() {
+        let t: T = serde_json::from_str(r#"{"a":"-5","v":[1,"2",-9223372036854775808]}"#).unwrap();
+        assert_eq!(t, T { a: -5, v: vec![1, 2, i64::MIN] });
+        assert_eq!(serde_json::to_string(&t).unwrap(), r#"{"a":"-5","v":["1","2","-9223372036854775808"]}"#);
+    }
+
+    #[test]
+    fn int64_rejects_fractions_and_garbage_with_a_reason() {
+        let e = serde_json::from_str::<T>(r#"{"a":1.5}"#).unwrap_err().to_string();
+        assert!(e.contains("not an integer"), "{e}");
+        let e = serde_json::from_str::<T>(r#"{"v":["x"]}"#).unwrap_err().to_string();
+        assert!(e.contains("\"x\" is not a 64-bit integer"), "{e}");
+        let e = serde_json::from_str::<T>(r#"{"a":18446744073709551615}"#).unwrap_err().to_string();
+        assert!(e.contains("does not fit"), "{e}");
+    }
+
+    crate::wire_enum! {
+        pub enum Color { RED = 0, GREEN = 1, BLUE = 7 }
+    }
+
+    #[test]
+    fn enums_read_names_or_numbers_and_write_names() {
+        let c: Vec<Color> = serde_json::from_str(r#"["GREEN", 7, 0]"#).unwrap();
+        assert_eq!(c, vec![Color::GREEN, Color::BLUE, Color::RED]);
+        assert_eq!(serde_json::to_string(&c).unwrap(), r#"["GREEN","BLUE","RED"]"#);
+        let e = serde_json::from_str::<Color>(r#""PINK""#).unwrap_err().to_string();
+        assert!(e.contains("unknown Color \"PINK\""), "{e}");
+        assert!(serde_json::from_str::<Color>("3").is_err());
+    }
+}

@@ -1,0 +1,26 @@
+-- registry_snapshot: read the whole registry atomically (one consistent version).
+--
+-- KEYS[1] version            string counter
+-- KEYS[2] storages           hash name -> StorageConfig JSON
+-- KEYS[3] storages_disabled  set of disabled storage names
+-- KEYS[4] groups             hash name -> InstanceGroup JSON
+-- KEYS[5] group_instances    hash group -> instance count
+-- KEYS[6] instances          hash id -> InstanceInfo JSON
+-- KEYS[7] instance_fp        hash id -> registration fingerprint (not returned)
+-- KEYS[8] accounts           hash user -> account JSON
+-- ARGV    none
+--
+-- Reply: {1, version, storages_flat, disabled, groups_flat, instances_flat, accounts_flat}
+--   where *_flat are HGETALL-style [field, value, field, value, ...] arrays.
+-- Status codes: 1 only (read-only).
+-- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}}.
+if #KEYS ~= 8 then return redis.error_reply('registry_snapshot: expected 8 keys') end
+return {
+  1,
+  redis.call('GET', KEYS[1]) or '0',
+  redis.call('HGETALL', KEYS[2]),
+  redis.call('SMEMBERS', KEYS[3]),
+  redis.call('HGETALL', KEYS[4]),
+  redis.call('HGETALL', KEYS[6]),
+  redis.call('HGETALL', KEYS[8]),
+}

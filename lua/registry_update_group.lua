@@ -1,0 +1,32 @@
+-- registry_update_group: optimistic update of an instance group. The stored group's version
+-- must equal current_version (the caller has checked that the new version is larger).
+--
+-- KEYS[1] version   string counter
+-- KEYS[2] groups    hash name -> InstanceGroup JSON
+-- KEYS[3] storages  hash name -> StorageConfig JSON
+-- ARGV[1] name             group name
+-- ARGV[2] group            new InstanceGroup JSON
+-- ARGV[3] current_version  decimal string, compared with the stored "version" exactly
+-- ARGV[4..] candidate storage names
+--
+-- Reply: {1, new_version} | {5, message} (unknown group or storage) | {6, message} (version conflict)
+-- Example: groups = {g1 = {version = "1"}}; ARGV = {"g1", "{..version 2..}", "1", "nfs_01"}
+--          -> groups = {g1 = {version = "2"}}. With ARGV[3] = "5" -> {6, "... stored version is 1"}.
+if #KEYS ~= 3 or #ARGV < 4 then return redis.error_reply('registry_update_group: expected 3 keys, >= 4 args') end
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then
+  return {5, "instance group '" .. ARGV[1] .. "' does not exist; create it with createInstanceGroup"}
+end
+local ok, g = pcall(cjson.decode, cur)
+local stored = ok and type(g) == 'table' and tostring(g['version']) or '?'
+if stored ~= ARGV[3] then
+  return {6, "instance group '" .. ARGV[1] .. "' has version " .. stored .. ", not current_version " ..
+             ARGV[3] .. "; read it again with getInstanceGroup and retry"}
+end
+for i = 4, #ARGV do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
+    return {5, "storage candidate '" .. ARGV[i] .. "' does not exist; add it with addStorage first"}
+  end
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return {1, tostring(redis.call('INCR', KEYS[1]))}
