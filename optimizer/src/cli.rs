@@ -1,0 +1,715 @@
+//! The command line: `sweep`, `replay`, `stats` and `bench`.
+//!
+//! Each subcommand reads the trace once, then calls into the library; this module only turns
+//! flags into library calls and results into text and files. `--help` on every subcommand
+//! explains the flags with their units, because operators script this tool and read it rarely.
+//! Errors are `anyhow` chains whose first line says what to fix (a bad flag, a malformed trace
+//! line with its number, an unwritable output directory).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::plot::{PlotFormats, plot_hit_rates};
+use crate::policy::{NextUse, PolicyKind, PolicyParams};
+use crate::replay::simulate_timed;
+use crate::report::{self, ReportContext};
+use crate::sweep::{self, SweepConfig, SweepRow};
+use crate::trace::{Trace, TraceFormat};
+
+const ABOUT: &str = "Replay KV-cache access traces to size a cache and choose its eviction policy.";
+
+const LONG_ABOUT: &str = "\
+Replay KV-cache access traces to size a cache and choose its eviction policy.
+
+kvcm-optimizer replays a recorded trace of prompt lookups against simulated caches and reports how
+much hit rate each capacity buys under each eviction policy, next to Belady's offline optimum
+(opt), the best any policy could do.
+
+Replay semantics (identical for every command and policy): requests are replayed in timestamp
+order (ties keep file order); a request's blocks are its key sequence; its hit count is the length
+of the longest prefix of that sequence present in the cache when it arrives; then every block of
+the request is accessed in order (present blocks refreshed, missing ones inserted); then blocks are
+evicted until the cache holds at most `capacity` blocks. Hit rate = total hit blocks / total
+requested blocks.
+
+Typical use:
+  kvcm-optimizer stats --trace trace.jsonl
+  kvcm-optimizer sweep --trace trace.jsonl --format mooncake --policies lru,lfu,leaf_lru,opt --out out/
+  kvcm-optimizer sweep --trace trace.jsonl --bytes 64GiB,128GiB,256GiB --block-bytes 2MiB --out out/
+  kvcm-optimizer replay --trace trace.jsonl --policy leaf_lru --capacity-fraction 0.1
+  kvcm-optimizer bench --trace trace.jsonl
+
+See docs/optimizer.md for the policies' exact definitions.";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "kvcm-optimizer", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay many capacities × policies in parallel; write sweep.csv, recommendation.md/.csv,
+    /// hit_rate_table.md and hit_rate.svg/.png into --out.
+    Sweep(SweepArgs),
+    /// Replay one policy at one capacity and print hit rate, evictions and throughput.
+    Replay(ReplayArgs),
+    /// Print trace statistics: requests, block accesses, distinct blocks, the maximum
+    /// achievable hit rate, and whether ids are prefix-chained.
+    Stats(StatsArgs),
+    /// Measure simulated block accesses per second on one core (median of --runs replays).
+    Bench(BenchArgs),
+}
+
+/// Where the trace is and how to read it.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Trace file, one JSON object per line. Read line by line; only the interned block ids
+    /// are kept (4 bytes per block access).
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+
+    /// Trace format: mooncake (`timestamp` ms, `hash_ids`, 512-token blocks), bailian
+    /// (Qwen-Bailian: `timestamp` s, `hash_ids`, 16-token blocks) or kvcm (kvcm's event log:
+    /// `getCacheLocation` events, keys namespaced by `source`; other events ignored).
+    #[arg(long, default_value = "mooncake", value_name = "FORMAT")]
+    pub format: TraceFormat,
+}
+
+/// Policy parameters.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// ttl policy: seconds of trace time after its last access before a block expires.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    pub ttl_s: f64,
+
+    /// random_lru policy: resident blocks sampled per eviction (the least recent is evicted).
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub random_samples: usize,
+
+    /// random_lru policy: sampler seed; the same seed gives the same result.
+    #[arg(long, default_value_t = PolicyParams::default().seed, value_name = "SEED")]
+    pub seed: u64,
+}
+
+impl PolicyArgs {
+    fn params(&self) -> anyhow::Result<PolicyParams> {
+        if !(self.ttl_s.is_finite() && self.ttl_s >= 0.0) {
+            bail!("--ttl-s must be a non-negative number of seconds, got {}", self.ttl_s);
+        }
+        if self.random_samples == 0 {
+            bail!("--random-samples must be at least 1");
+        }
+        Ok(PolicyParams {
+            ttl_us: (self.ttl_s * 1e6).round() as u64,
+            random_samples: self.random_samples,
+            seed: self.seed,
+        })
+    }
+}
+
+/// What a hit is worth.
+#[derive(Debug, Args)]
+pub struct SavingsArgs {
+    /// Tokens per block, to report prefill tokens saved (= hit blocks × this). Defaults to the
+    /// format's block size (mooncake 512, bailian 16); required for kvcm event logs.
+    #[arg(long, value_name = "TOKENS")]
+    pub tokens_per_block: Option<u64>,
+
+    /// GPU seconds of prefill per token, to report GPU seconds saved (= tokens saved × this),
+    /// e.g. 0.00005 for 20k prefill tokens/s per GPU.
+    #[arg(long, value_name = "SECONDS")]
+    pub gpu_s_per_token: Option<f64>,
+}
+
+/// Output formats of the plot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlotChoice {
+    /// hit_rate.svg and hit_rate.png.
+    Both,
+    /// hit_rate.svg only.
+    Svg,
+    /// hit_rate.png only.
+    Png,
+    /// No plot.
+    None,
+}
+
+/// `sweep` flags.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+
+    /// Capacities in blocks, comma-separated (e.g. 1000,2000,5000).
+    #[arg(long, value_delimiter = ',', value_name = "BLOCKS")]
+    capacities: Vec<usize>,
+
+    /// Capacities as fractions of the trace's distinct blocks, comma-separated (e.g.
+    /// 0.01,0.1,0.5,1). Used alone when no capacity flag is given:
+    /// 0.01,0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.75,1.
+    #[arg(long, value_delimiter = ',', value_name = "FRACTIONS")]
+    capacity_fractions: Vec<f64>,
+
+    /// Capacities in bytes, comma-separated, with units (e.g. 64GiB,128GiB,1.5TB); needs
+    /// --block-bytes. Rounded down to whole blocks.
+    #[arg(long, value_delimiter = ',', value_name = "SIZES", requires = "block_bytes")]
+    bytes: Vec<String>,
+
+    /// Bytes per block (e.g. 2MiB): converts --bytes to blocks and adds capacity_bytes to the
+    /// reports.
+    #[arg(long, value_name = "SIZE")]
+    block_bytes: Option<String>,
+
+    /// Policies, comma-separated: lru, lfu, ttl, random_lru, leaf_lru, opt.
+    #[arg(long, value_delimiter = ',', value_name = "POLICIES", default_value = "lru,lfu,ttl,random_lru,leaf_lru,opt")]
+    policies: Vec<PolicyKind>,
+
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+
+    /// Recommend, per policy, the smallest capacity reaching this fraction of the maximum
+    /// achievable (unbounded-cache) hit rate.
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+    target_fraction: f64,
+
+    /// Plot formats to write.
+    #[arg(long, value_enum, default_value_t = PlotChoice::Both)]
+    plot: PlotChoice,
+
+    /// Worker threads for the sweep (default: one per core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Never draw a progress bar (it is drawn only when stderr is a terminal anyway).
+    #[arg(long)]
+    no_progress: bool,
+
+    #[command(flatten)]
+    policy: PolicyArgs,
+
+    #[command(flatten)]
+    savings: SavingsArgs,
+}
+
+/// One capacity, in one of three units.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CapacityArg {
+    /// Capacity in blocks.
+    #[arg(long, value_name = "BLOCKS")]
+    capacity: Option<usize>,
+
+    /// Capacity as a fraction of the trace's distinct blocks.
+    #[arg(long, value_name = "FRACTION")]
+    capacity_fraction: Option<f64>,
+
+    /// Capacity in bytes with a unit (e.g. 64GiB); needs --block-bytes.
+    #[arg(long, value_name = "SIZE", requires = "block_bytes")]
+    bytes: Option<String>,
+}
+
+/// `replay` flags.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+
+    /// The policy: lru, lfu, ttl, random_lru, leaf_lru or opt.
+    #[arg(long, default_value = "lru", value_name = "POLICY")]
+    policy: PolicyKind,
+
+    #[command(flatten)]
+    capacity: CapacityArg,
+
+    /// Bytes per block, for --bytes.
+    #[arg(long, value_name = "SIZE")]
+    block_bytes: Option<String>,
+
+    #[command(flatten)]
+    params: PolicyArgs,
+
+    #[command(flatten)]
+    savings: SavingsArgs,
+}
+
+/// `stats` flags.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+}
+
+/// `bench` flags.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+
+    /// Policies to time, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "POLICIES", default_value = "lru,lfu,ttl,random_lru,leaf_lru,opt")]
+    policies: Vec<PolicyKind>,
+
+    /// Capacity as a fraction of the distinct blocks (eviction-heavy at small fractions).
+    #[arg(long, default_value_t = 0.1, value_name = "FRACTION")]
+    capacity_fraction: f64,
+
+    /// Timed replays per policy; the median is reported.
+    #[arg(long, default_value_t = 7, value_name = "N")]
+    runs: usize,
+
+    #[command(flatten)]
+    params: PolicyArgs,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Sweep(args) => run_sweep(args),
+        Command::Replay(args) => run_replay(args),
+        Command::Stats(args) => run_stats(args),
+        Command::Bench(args) => run_bench(args),
+    }
+}
+
+fn load(args: &TraceArgs) -> anyhow::Result<Trace> {
+    let started = Instant::now();
+    let trace = Trace::read(&args.trace, args.format)
+        .with_context(|| format!("reading {} trace {}", args.format, args.trace.display()))?;
+    tracing::info!(
+        requests = trace.requests(),
+        accesses = trace.accesses(),
+        distinct_blocks = trace.distinct_blocks(),
+        seconds = started.elapsed().as_secs_f64(),
+        "trace loaded"
+    );
+    Ok(trace)
+}
+
+fn parse_block_bytes(text: Option<&str>) -> anyhow::Result<Option<u64>> {
+    let Some(text) = text else { return Ok(None) };
+    let bytes = sweep::parse_size(text).map_err(|e| anyhow::anyhow!("--block-bytes: {e}"))?;
+    if bytes == 0 {
+        bail!("--block-bytes must be positive");
+    }
+    Ok(Some(bytes))
+}
+
+fn report_context(
+    trace: &Trace,
+    format: TraceFormat,
+    savings: &SavingsArgs,
+    block_bytes: Option<u64>,
+) -> ReportContext {
+    ReportContext {
+        distinct_blocks: trace.distinct_blocks(),
+        max_hit_rate: if trace.accesses() == 0 {
+            0.0
+        } else {
+            trace.unbounded_hit_blocks() as f64 / trace.accesses() as f64
+        },
+        tokens_per_block: savings.tokens_per_block.or(format.default_tokens_per_block()),
+        gpu_s_per_token: savings.gpu_s_per_token,
+        block_bytes,
+    }
+}
+
+fn check_fraction(name: &str, f: f64) -> anyhow::Result<()> {
+    if !(f.is_finite() && f >= 0.0) {
+        bail!("{name} must be a non-negative fraction, got {f}");
+    }
+    Ok(())
+}
+
+fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
+    let params = args.policy.params()?;
+    let block_bytes = parse_block_bytes(args.block_bytes.as_deref())?;
+    check_fraction("--target-fraction", args.target_fraction)?;
+    for &f in &args.capacity_fractions {
+        check_fraction("--capacity-fractions", f)?;
+    }
+    if args.policies.is_empty() {
+        bail!("--policies is empty; name at least one of lru, lfu, ttl, random_lru, leaf_lru, opt");
+    }
+    let mut sizes = Vec::with_capacity(args.bytes.len());
+    for text in &args.bytes {
+        sizes.push(sweep::parse_size(text).map_err(|e| anyhow::anyhow!("--bytes: {e}"))?);
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating output directory {}", args.out.display()))?;
+
+    let trace = load(&args.trace)?;
+    let ctx = report_context(&trace, args.trace.format, &args.savings, block_bytes);
+
+    let mut capacities = args.capacities.clone();
+    if !args.capacity_fractions.is_empty() {
+        capacities.extend(sweep::capacities_from_fractions(trace.distinct_blocks(), &args.capacity_fractions));
+    }
+    if let Some(block_bytes) = block_bytes {
+        capacities.extend(sweep::capacities_from_bytes(&sizes, block_bytes));
+    }
+    if capacities.is_empty() {
+        capacities = sweep::capacities_from_fractions(trace.distinct_blocks(), &sweep::DEFAULT_FRACTIONS);
+    }
+    capacities.sort_unstable();
+    capacities.dedup();
+    let mut policies = args.policies.clone();
+    policies.dedup();
+
+    let config = SweepConfig { capacities, policies, params };
+    let jobs = config.capacities.len() * config.policies.len();
+    let progress = if args.no_progress || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::with_draw_target(Some(jobs as u64), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} replays, {elapsed} elapsed, ETA {eta} {msg}")
+                .expect("the progress template is valid"),
+        );
+        bar
+    };
+
+    let started = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .build()
+        .context("starting the sweep's thread pool")?;
+    let rows = pool.install(|| {
+        sweep::run_sweep(&trace, &config, |row| {
+            progress.inc(1);
+            progress.set_message(format!("{} @ {}", row.policy, row.capacity));
+            tracing::debug!(
+                policy = %row.policy,
+                capacity = row.capacity,
+                hit_rate = row.stats.hit_rate(),
+                "replay done"
+            );
+        })
+    });
+    progress.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+
+    let trace_name =
+        args.trace.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let recs = report::recommend(&rows, ctx.max_hit_rate, args.target_fraction);
+    let mut written = vec![
+        report::write_file(&args.out, "sweep.csv", &report::sweep_csv(&rows, &ctx))?,
+        report::write_file(
+            &args.out,
+            "recommendation.csv",
+            &report::recommendation_csv(&recs, args.target_fraction, &ctx),
+        )?,
+        report::write_file(
+            &args.out,
+            "recommendation.md",
+            &report::recommendation_md(&recs, args.target_fraction, &ctx, &trace_name),
+        )?,
+        report::write_file(&args.out, "hit_rate_table.md", &report::hit_rate_table_md(&rows, &ctx))?,
+    ];
+    let formats = match args.plot {
+        PlotChoice::Both => PlotFormats { svg: true, png: true },
+        PlotChoice::Svg => PlotFormats { svg: true, png: false },
+        PlotChoice::Png => PlotFormats { svg: false, png: true },
+        PlotChoice::None => PlotFormats { svg: false, png: false },
+    };
+    let title = format!("Hit rate vs capacity — {trace_name} ({} distinct blocks)", trace.distinct_blocks());
+    let plotted = plot_hit_rates(&rows, ctx.max_hit_rate, &title, &args.out, formats);
+    for why in &plotted.skipped {
+        tracing::warn!("plot not written: {why}");
+    }
+    written.extend(plotted.written);
+
+    print_trace_summary(&trace, &ctx);
+    println!();
+    print!("{}", report::hit_rate_table_md(&rows, &ctx));
+    println!();
+    print_recommendations(&recs, args.target_fraction, &ctx);
+    println!();
+    print_throughput(&rows, wall);
+    println!();
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_trace_summary(trace: &Trace, ctx: &ReportContext) {
+    println!(
+        "trace: {} requests, {} block accesses, {} distinct blocks; maximum achievable hit rate {:.2}%",
+        trace.requests(),
+        trace.accesses(),
+        trace.distinct_blocks(),
+        ctx.max_hit_rate * 100.0
+    );
+}
+
+fn print_recommendations(recs: &[report::Recommendation], target_fraction: f64, ctx: &ReportContext) {
+    println!(
+        "recommendation: smallest capacity reaching {:.0}% of the maximum ({:.2}% hit rate):",
+        target_fraction * 100.0,
+        target_fraction * ctx.max_hit_rate * 100.0
+    );
+    for rec in recs {
+        match rec.row {
+            Some(row) => {
+                let mut line = format!("  {:<10} {} blocks", rec.policy.name(), row.capacity);
+                if let Some(bytes) = ctx.capacity_bytes(row.capacity) {
+                    line += &format!(" ({})", report::human_bytes(bytes));
+                }
+                line += &format!(", hit rate {:.2}%", row.stats.hit_rate() * 100.0);
+                if let Some(tokens) = ctx.tokens_saved(row.stats.hit_blocks) {
+                    line += &format!(", {tokens} prefill tokens saved");
+                }
+                if let Some(gpu) = ctx.gpu_seconds_saved(row.stats.hit_blocks) {
+                    line += &format!(", {gpu:.1} GPU s saved");
+                }
+                println!("{line}");
+            }
+            None => println!("  {:<10} not reached by any swept capacity; sweep larger capacities", rec.policy.name()),
+        }
+    }
+}
+
+fn print_throughput(rows: &[SweepRow], wall_s: f64) {
+    let accesses: u64 = rows.iter().map(|r| r.stats.requested_blocks).sum();
+    let cpu_s: f64 = rows.iter().map(|r| r.seconds).sum();
+    println!(
+        "simulated {} block accesses in {:.2} s of replay time ({:.2} s wall): {:.2}M accesses/s per core",
+        accesses,
+        cpu_s,
+        wall_s,
+        accesses as f64 / cpu_s.max(1e-9) / 1e6
+    );
+    let mut policies: Vec<PolicyKind> = Vec::new();
+    for row in rows {
+        if !policies.contains(&row.policy) {
+            policies.push(row.policy);
+        }
+    }
+    for policy in policies {
+        let (a, s) = rows
+            .iter()
+            .filter(|r| r.policy == policy)
+            .fold((0u64, 0f64), |(a, s), r| (a + r.stats.requested_blocks, s + r.seconds));
+        println!("  {:<10} {:.2}M accesses/s", policy.name(), a as f64 / s.max(1e-9) / 1e6);
+    }
+}
+
+fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let params = args.params.params()?;
+    let block_bytes = parse_block_bytes(args.block_bytes.as_deref())?;
+    let trace = load(&args.trace)?;
+    let ctx = report_context(&trace, args.trace.format, &args.savings, block_bytes);
+    let capacity = match (&args.capacity.capacity, &args.capacity.capacity_fraction, &args.capacity.bytes) {
+        (Some(blocks), _, _) => *blocks,
+        (_, Some(fraction), _) => {
+            check_fraction("--capacity-fraction", *fraction)?;
+            sweep::capacities_from_fractions(trace.distinct_blocks(), &[*fraction])[0]
+        }
+        (_, _, Some(text)) => {
+            let bytes = sweep::parse_size(text).map_err(|e| anyhow::anyhow!("--bytes: {e}"))?;
+            let block_bytes = block_bytes.context("--bytes needs --block-bytes")?;
+            sweep::capacities_from_bytes(&[bytes], block_bytes)[0]
+        }
+        _ => bail!("give one of --capacity, --capacity-fraction, --bytes"),
+    };
+    let next_use = (args.policy == PolicyKind::Opt).then(|| NextUse::compute(trace.flat(), trace.distinct_blocks()));
+    let timed = simulate_timed(&trace, args.policy, capacity, &params, next_use.as_ref());
+    let s = timed.stats;
+    print_trace_summary(&trace, &ctx);
+    println!("policy:            {}", args.policy);
+    match ctx.capacity_bytes(capacity) {
+        Some(bytes) => println!(
+            "capacity:          {capacity} blocks ({}), {:.2}% of distinct blocks",
+            report::human_bytes(bytes),
+            capacity as f64 / trace.distinct_blocks().max(1) as f64 * 100.0
+        ),
+        None => println!(
+            "capacity:          {capacity} blocks, {:.2}% of distinct blocks",
+            capacity as f64 / trace.distinct_blocks().max(1) as f64 * 100.0
+        ),
+    }
+    println!(
+        "hit rate:          {:.4} ({:.2}% of the maximum)",
+        s.hit_rate(),
+        s.hit_rate() / ctx.max_hit_rate.max(1e-12) * 100.0
+    );
+    println!("hit blocks:        {}", s.hit_blocks);
+    println!("requested blocks:  {}", s.requested_blocks);
+    println!("evictions:         {}", s.evictions);
+    println!("peak resident:     {}", s.peak_resident);
+    if let Some(tokens) = ctx.tokens_saved(s.hit_blocks) {
+        println!("prefill tokens saved: {tokens}");
+    }
+    if let Some(gpu) = ctx.gpu_seconds_saved(s.hit_blocks) {
+        println!("GPU seconds saved: {gpu:.1}");
+    }
+    println!("throughput:        {:.2}M block accesses/s ({:.3} s)", timed.accesses_per_second() / 1e6, timed.seconds);
+    Ok(())
+}
+
+fn run_stats(args: StatsArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let trace = load(&args.trace)?;
+    let load_s = started.elapsed().as_secs_f64();
+    let unbounded = trace.unbounded_hit_blocks();
+    let chain = trace.prefix_chain_check();
+    println!("format:            {}", args.trace.format);
+    println!("requests:          {}", trace.requests());
+    println!("block accesses:    {}", trace.accesses());
+    println!("distinct blocks:   {}", trace.distinct_blocks());
+    println!(
+        "request length:    mean {:.1}, max {} blocks",
+        trace.accesses() as f64 / trace.requests().max(1) as f64,
+        trace.max_request_len()
+    );
+    println!("time span:         {:.3} s", trace.span_us() as f64 / 1e6);
+    println!(
+        "max hit rate:      {:.4} ({} hit blocks with an unbounded cache)",
+        unbounded as f64 / trace.accesses().max(1) as f64,
+        unbounded
+    );
+    if chain.inconsistent_blocks == 0 {
+        println!("prefix-chained:    yes (every block always has the same parent)");
+    } else {
+        println!(
+            "prefix-chained:    no ({} blocks appear after different parents); opt is then the per-block optimum, not necessarily the prefix-hit optimum",
+            chain.inconsistent_blocks
+        );
+    }
+    println!("loaded in:         {load_s:.3} s");
+    Ok(())
+}
+
+fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
+    let params = args.params.params()?;
+    check_fraction("--capacity-fraction", args.capacity_fraction)?;
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let trace = load(&args.trace)?;
+    let capacity = sweep::capacities_from_fractions(trace.distinct_blocks(), &[args.capacity_fraction])[0];
+    println!(
+        "trace {}: {} block accesses per replay; capacity {capacity} blocks ({:.0}% of {} distinct); {} runs per policy, one thread",
+        args.trace.trace.display(),
+        trace.accesses(),
+        args.capacity_fraction * 100.0,
+        trace.distinct_blocks(),
+        args.runs
+    );
+    let started = Instant::now();
+    let next_use = NextUse::compute(trace.flat(), trace.distinct_blocks());
+    println!(
+        "opt next-use precomputation: {:.1} ms (once per trace, shared by every capacity)",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    println!("| policy | median accesses/s | min | max |");
+    println!("|---|---:|---:|---:|");
+    for &policy in &args.policies {
+        let mut rates: Vec<f64> = (0..args.runs)
+            .map(|_| simulate_timed(&trace, policy, capacity, &params, Some(&next_use)).accesses_per_second())
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        println!(
+            "| {} | {:.2}M | {:.2}M | {:.2}M |",
+            policy,
+            median(&rates) / 1e6,
+            rates[0] / 1e6,
+            rates[rates.len() - 1] / 1e6
+        );
+    }
+    Ok(())
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 }
+}
+
+/// The directory holding the shared traces, relative to this crate (`../../shared/traces`).
+pub fn shared_traces_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_scripted_sweep_form_parses() {
+        let cli = Cli::try_parse_from([
+            "kvcm-optimizer",
+            "sweep",
+            "--trace",
+            "t.jsonl",
+            "--format",
+            "mooncake",
+            "--capacities",
+            "1000,2000,4000",
+            "--policies",
+            "lru,lfu,opt",
+            "--out",
+            "dir",
+        ])
+        .unwrap();
+        let Command::Sweep(args) = cli.command else { panic!("not a sweep") };
+        assert_eq!(args.capacities, vec![1000, 2000, 4000]);
+        assert_eq!(args.policies, vec![PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Opt]);
+        assert_eq!(args.out, PathBuf::from("dir"));
+        assert_eq!(args.trace.format, TraceFormat::Mooncake);
+    }
+
+    #[test]
+    fn bytes_without_a_block_size_are_rejected() {
+        let err = Cli::try_parse_from(["kvcm-optimizer", "sweep", "--trace", "t", "--out", "o", "--bytes", "1GiB"])
+            .unwrap_err();
+        assert!(err.to_string().contains("--block-bytes"), "{err}");
+    }
+
+    #[test]
+    fn replay_needs_exactly_one_capacity() {
+        assert!(Cli::try_parse_from(["kvcm-optimizer", "replay", "--trace", "t"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "kvcm-optimizer",
+                "replay",
+                "--trace",
+                "t",
+                "--capacity",
+                "5",
+                "--capacity-fraction",
+                "0.5"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn an_unknown_policy_is_rejected_with_the_choices() {
+        let err =
+            Cli::try_parse_from(["kvcm-optimizer", "sweep", "--trace", "t", "--out", "o", "--policies", "lru,fifo"])
+                .unwrap_err();
+        assert!(err.to_string().contains("leaf_lru"), "{err}");
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[1.0, 2.0, 4.0]), 2.0);
+        assert_eq!(median(&[1.0, 2.0, 4.0, 8.0]), 3.0);
+    }
+}
