@@ -1,1 +1,181 @@
-pub fn _x(){}
+//! kvcm-api: the stateless HTTP frontend. Two listeners — the meta plane for engines and the
+//! admin plane for operators — serve the Tair KVCM protocol (DESIGN §2) over state kept in
+//! Valkey. Any number of frontends can run side by side.
+//!
+//! [`build`] connects to Valkey, loads the scripts and the registry, applies the startup
+//! config, binds both listeners (port 0 picks a free port) and returns a [`Server`] that knows
+//! its addresses; [`Server::run`] serves until the shutdown future completes, then drains
+//! in-flight requests.
+
+pub mod admin;
+pub mod auth;
+pub mod meta;
+pub mod metrics;
+pub mod reply;
+pub mod state;
+
+use crate::metrics::Metrics;
+use crate::reply::error_response;
+use crate::state::{AppState, Node};
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode as Http, Uri};
+use axum::middleware::from_fn;
+use axum::response::{IntoResponse, Response};
+use kvcm_core::config::Config;
+use kvcm_core::registry::Registry;
+use kvcm_core::wire::StatusCode;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+/// A built, bound, not yet serving frontend.
+pub struct Server {
+    pub meta_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub state: AppState,
+    meta: TcpListener,
+    admin: TcpListener,
+}
+
+/// Connects, loads, applies the startup config and binds both listeners.
+pub async fn build(config: Config) -> anyhow::Result<Server> {
+    let conn = kvcm_core::valkey::connect(&config)
+        .await
+        .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
+    let registry = Registry::open(conn.clone(), &config.namespace).await.context("cannot load the registry")?;
+    if !config.startup_config.is_empty() {
+        let text = std::fs::read_to_string(&config.startup_config)
+            .with_context(|| format!("cannot read startup_config {}", config.startup_config))?;
+        let startup = kvcm_core::registry::tair_format::parse_startup(&text)
+            .map_err(|e| anyhow::anyhow!("startup_config {}: {}", config.startup_config, e.public_message()))?;
+        registry.apply_startup(startup).await.map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
+    }
+    let meta = TcpListener::bind((config.bind.as_str(), config.meta_port))
+        .await
+        .with_context(|| format!("cannot bind the meta plane to {}:{}", config.bind, config.meta_port))?;
+    let admin = TcpListener::bind((config.bind.as_str(), config.admin_port))
+        .await
+        .with_context(|| format!("cannot bind the admin plane to {}:{}", config.bind, config.admin_port))?;
+    let (meta_addr, admin_addr) = (meta.local_addr()?, admin.local_addr()?);
+    let host = hostname();
+    let node = Node {
+        id: if config.node_id.is_empty() { format!("{host}:{}", admin_addr.port()) } else { config.node_id.clone() },
+        host,
+        meta_port: meta_addr.port(),
+        admin_port: admin_addr.port(),
+    };
+    let state = AppState {
+        metrics: Metrics::new(config.access_log),
+        config: Arc::new(config),
+        registry,
+        conn,
+        auth: Default::default(),
+        node: Arc::new(node),
+    };
+    Ok(Server { meta_addr, admin_addr, state, meta, admin })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Wraps a plane's router with the layers both planes share: metrics and access log, panic
+/// catching, request deadline, body limit and a JSON 404 for unknown RPCs.
+pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState) -> Router {
+    let metrics = state.metrics.clone();
+    router
+        .fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            Http::REQUEST_TIMEOUT,
+            Duration::from_millis(state.config.request_timeout_ms),
+        ))
+        .layer(CatchPanicLayer::new())
+        .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
+}
+
+async fn unknown_route(uri: Uri) -> Response {
+    error_response(Http::NOT_FOUND, StatusCode::UNSUPPORTED, format!("unknown route {}: RPCs are POST /api/<rpcName>", uri.path()))
+}
+
+/// `GET /api/healthy`: 200 when every Valkey node answers, 503 otherwise.
+pub async fn healthy(State(s): State<AppState>) -> Response {
+    let mut conn = s.conn.clone();
+    match kvcm_core::valkey::ping_all(&mut conn).await {
+        Ok(()) => (Http::OK, [("content-type", "application/json")], r#"{"status":"OK"}"#).into_response(),
+        Err(e) => (
+            Http::SERVICE_UNAVAILABLE,
+            [("content-type", "application/json")],
+            format!(r#"{{"status":"UNHEALTHY","reason":{}}}"#, serde_json::Value::String(e.to_string())),
+        )
+            .into_response(),
+    }
+}
+
+impl Server {
+    /// The meta-plane router with all layers (also what the Lambda entry point serves).
+    pub fn meta_router(&self) -> Router {
+        with_common_layers("meta", meta::router(self.state.clone()), &self.state)
+    }
+
+    /// The admin-plane router with all layers.
+    pub fn admin_router(&self) -> Router {
+        with_common_layers("admin", admin::router(self.state.clone()), &self.state)
+    }
+
+    /// Serves both planes and refreshes the registry until `shutdown` completes; then stops
+    /// accepting, finishes in-flight requests and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (meta_router, admin_router) = (self.meta_router(), self.admin_router());
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let refresher = tokio::spawn(refresh_registry(self.state.clone(), rx.clone()));
+        let meta = tokio::spawn(axum::serve(self.meta, meta_router).with_graceful_shutdown(wait(rx.clone())).into_future());
+        let admin =
+            tokio::spawn(axum::serve(self.admin, admin_router).with_graceful_shutdown(wait(rx.clone())).into_future());
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = tx.send(true);
+        meta.await??;
+        admin.await??;
+        refresher.abort();
+        Ok(())
+    }
+}
+
+/// Keeps this frontend's registry snapshot fresh. Logs when Valkey becomes unreachable and when
+/// it recovers, not on every tick.
+async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let period = Duration::from_millis(state.config.registry_refresh_ms);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match state.registry.refresh().await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!("registry refresh works again");
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "registry refresh failed; serving the cached registry");
+            }
+            Err(_) => {}
+        }
+    }
+}

@@ -1,1 +1,51 @@
-fn main(){}
+//! `kvcm-api`: load config, start logging, build the server, serve until SIGINT/SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use kvcm_core::config::Config;
+use std::path::PathBuf;
+
+/// kvcm HTTP frontend: serves the meta plane (engines) and the admin plane (operators) of the
+/// Tair KVCM protocol over a Valkey cluster.
+///
+/// Configuration: embedded defaults (see `kvcm-api --print-default-config`), then the TOML file
+/// given with -c, then KVCM_<KEY> environment variables (e.g. KVCM_META_PORT=6382,
+/// KVCM_VALKEY_URL=redis://10.0.0.5:6379).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// TOML config file layered over the embedded defaults.
+    #[arg(short = 'c', long = "config")]
+    config: Option<PathBuf>,
+    /// Print the embedded default configuration (documented) and exit.
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.print_default_config {
+        print!("{}", kvcm_core::config::DEFAULT_TOML);
+        return Ok(());
+    }
+    let (config, notes) = Config::load(args.config.as_deref())?;
+    kvcm_core::telemetry::init(&config);
+    for var in notes.ignored_env {
+        tracing::warn!(%var, "ignoring environment variable: no such config key");
+    }
+    let server = kvcm_api::build(config).await.context("kvcm-api failed to start")?;
+    // One machine-readable line on stdout: scripts and tests read the bound ports from it.
+    println!("kvcm-api listening meta=http://{} admin=http://{}", server.meta_addr, server.admin_addr);
+    tracing::info!(meta = %server.meta_addr, admin = %server.admin_addr, "kvcm-api serving");
+    server.run(shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}

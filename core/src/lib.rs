@@ -10,6 +10,7 @@ pub mod error;
 pub mod keys;
 pub mod registry;
 pub mod scripts;
+pub mod telemetry;
 pub mod valkey;
 pub mod wire;
 

@@ -185,7 +185,8 @@ pub struct CacheConfig {
     pub reclaim_strategy: CacheReclaimStrategy,
     pub data_storage_strategy: CachePreferStrategy,
     /// Tair's meta indexer tuning; kvcm keeps its metadata in Valkey and echoes this back.
-    pub meta_indexer_config: serde_json::Value,
+    #[serde(deserialize_with = "null_default")]
+    pub meta_indexer_config: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

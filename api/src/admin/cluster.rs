@@ -1,0 +1,72 @@
+//! Cluster and observability RPCs: getMetrics, checkHealth, getManagerClusterInfo, and the
+//! leader RPCs, which answer UNSUPPORTED because kvcm has no leader.
+//!
+//! For connectors that look for "the leader", every frontend reports itself as leader: each
+//! one serves every request, so whichever a client picks is right.
+
+use crate::reply::{Reply, WireJson};
+use crate::state::AppState;
+use axum::extract::State;
+use kvcm_core::Error;
+use kvcm_core::wire::admin::*;
+use kvcm_core::wire::common::TraceOnly;
+use kvcm_core::wire::{Empty, StatusCode};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+pub async fn get_metrics(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<GetMetricsResponse> {
+    Reply(Ok(GetMetricsResponse { timestamp: now_ms(), metrics: s.metrics.as_metrics_data(), extra_data: String::new() }))
+}
+
+pub async fn check_health(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<CheckHealthResponse> {
+    let mut conn = s.conn.clone();
+    let healthy = kvcm_core::valkey::ping_all(&mut conn).await;
+    if let Err(e) = &healthy {
+        tracing::warn!(error = %e, "health check: Valkey unreachable");
+    }
+    Reply(Ok(CheckHealthResponse { is_leader: true, is_health: healthy.is_ok(), elector_last_loop_time_ms: now_ms() }))
+}
+
+pub async fn cluster_info(
+    State(s): State<AppState>,
+    WireJson(_): WireJson<TraceOnly>,
+) -> Reply<GetManagerClusterInfoResponse> {
+    let n = &s.node;
+    Reply(Ok(GetManagerClusterInfoResponse {
+        info_updated_time: 0,
+        self_leader_expiration_time: 0,
+        self_node_id: n.id.clone(),
+        leader_node_id: n.id.clone(),
+        leader_endpoint: NodeEndpoint {
+            node_id: n.id.clone(),
+            host: n.host.clone(),
+            meta_rpc_port: 0,
+            meta_http_port: n.meta_port as i32,
+            admin_rpc_port: 0,
+            admin_http_port: n.admin_port as i32,
+            custom_info: String::new(),
+        },
+    }))
+}
+
+fn no_leader() -> Error {
+    Error::status(
+        StatusCode::UNSUPPORTED,
+        "kvcm has no leader: every frontend serves every request and state lives in Valkey",
+    )
+}
+
+pub async fn leader_demote(WireJson(_): WireJson<TraceOnly>) -> Reply<Empty> {
+    Reply(Err(no_leader()))
+}
+
+pub async fn get_leader_elector_config(WireJson(_): WireJson<TraceOnly>) -> Reply<GetLeaderElectorConfigResponse> {
+    Reply(Err(no_leader()))
+}
+
+pub async fn update_leader_elector_config(WireJson(_): WireJson<UpdateLeaderElectorConfigRequest>) -> Reply<Empty> {
+    Reply(Err(no_leader()))
+}

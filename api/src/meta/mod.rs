@@ -1,0 +1,18 @@
+//! The meta plane (engines; default port 6382): the Tair KVCM `MetaService` RPCs under
+//! `POST /api/<rpc>`, plus `GET /api/healthy` for load balancers.
+
+mod instance;
+
+use crate::state::AppState;
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/registerInstance", post(instance::register))
+        .route("/api/getInstanceInfo", post(instance::get))
+        .route_layer(from_fn_with_state(state.clone(), crate::auth::meta_guard))
+        .route("/api/healthy", get(crate::healthy))
+        .with_state(state)
+}

@@ -1,0 +1,34 @@
+//! `AppState`: what every handler shares — the registry, the Valkey connection, metrics, config
+//! and this node's identity. Cheap to clone (everything behind `Arc`s or already a handle).
+
+use crate::auth::AuthCache;
+use crate::metrics::Metrics;
+use kvcm_core::config::Config;
+use kvcm_core::registry::Registry;
+use redis::cluster_async::ClusterConnection;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub registry: Arc<Registry>,
+    pub conn: ClusterConnection,
+    pub metrics: Arc<Metrics>,
+    pub auth: Arc<AuthCache>,
+    pub node: Arc<Node>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("node", &self.node).finish()
+    }
+}
+
+/// This frontend's identity and addresses, for getManagerClusterInfo.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: String,
+    pub host: String,
+    pub meta_port: u16,
+    pub admin_port: u16,
+}
