@@ -182,8 +182,11 @@ where
             for &policy in &policies {
                 let points = series(policy);
                 let c = color(policy);
+                // LRU, TTL and leaf-aware LRU often coincide; a wider LRU line stays visible
+                // under the others.
+                let width = if policy == PolicyKind::Lru { 6 } else { 2 };
                 chart
-                    .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
+                    .draw_series(LineSeries::new(points.clone(), c.stroke_width(width)))
                     .map_err(err)?
                     .label(policy.name())
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
