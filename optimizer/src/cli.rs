@@ -66,7 +66,7 @@ pub enum Command {
     /// Print trace statistics: requests, block accesses, distinct blocks, the maximum
     /// achievable hit rate, and whether ids are prefix-chained.
     Stats(StatsArgs),
-    /// Measure simulated block accesses per second on one core (median of --runs replays).
+    /// Measure simulated block accesses per second on one core (median of --runs timed runs).
     Bench(BenchArgs),
 }
 
@@ -121,7 +121,8 @@ impl PolicyArgs {
 #[derive(Debug, Args)]
 pub struct SavingsArgs {
     /// Tokens per block, to report prefill tokens saved (= hit blocks × this). Defaults to the
-    /// format's block size (mooncake 512, bailian 16); required for kvcm event logs.
+    /// format's block size (mooncake 512, bailian 16); kvcm event logs have none, so without
+    /// this flag they report no tokens saved.
     #[arg(long, value_name = "TOKENS")]
     pub tokens_per_block: Option<u64>,
 
@@ -475,7 +476,11 @@ fn print_recommendations(recs: &[report::Recommendation], target_fraction: f64, 
                 }
                 println!("{line}");
             }
-            None => println!("  {:<10} not reached by any swept capacity; sweep larger capacities", rec.policy.name()),
+            None => println!(
+                "  {:<10} not reached by any swept capacity; sweep larger capacities{}",
+                rec.policy.name(),
+                if rec.policy == PolicyKind::Ttl { " or a longer --ttl-s" } else { "" }
+            ),
         }
     }
 }

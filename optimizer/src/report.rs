@@ -200,7 +200,7 @@ pub fn recommendation_md(
     if recs.iter().any(|r| r.row.is_none()) {
         let _ = writeln!(
             out,
-            "\n\"not reached\": no swept capacity reached the target with that policy; sweep larger capacities."
+            "\n\"not reached\": no swept capacity reached the target with that policy; sweep larger capacities (for ttl, also try a longer --ttl-s: expiry caps its hit rate whatever the capacity)."
         );
     }
     out
