@@ -111,7 +111,11 @@ pub fn plot_hit_rates(
         let drawn = draw(&SVGBackend::new(&path, (960, 600)).into_drawing_area(), rows, max_hit_rate, title);
         match drawn {
             Ok(()) => output.written.push(path),
-            Err(e) => output.skipped.push(format!("{}: {e}", path.display())),
+            Err(e) => {
+                // Do not leave a half-drawn file behind.
+                let _ = std::fs::remove_file(&path);
+                output.skipped.push(format!("{}: {e}", path.display()));
+            }
         }
     }
     if formats.png {
@@ -119,7 +123,11 @@ pub fn plot_hit_rates(
         let drawn = draw(&BitMapBackend::new(&path, (1280, 800)).into_drawing_area(), rows, max_hit_rate, title);
         match drawn {
             Ok(()) => output.written.push(path),
-            Err(e) => output.skipped.push(format!("{}: {e}", path.display())),
+            Err(e) => {
+                // Do not leave a half-drawn file behind.
+                let _ = std::fs::remove_file(&path);
+                output.skipped.push(format!("{}: {e}", path.display()));
+            }
         }
     }
     output

@@ -8,17 +8,18 @@
 //! so between two blocks of the same future request the suffix is evicted first.
 //!
 //! Ties are possible only among blocks never used again (`NextUse::NEVER`); they are broken by
-//! evicting the most recently accessed first, i.e. the deeper (suffix) block of a request
-//! first. It changes no hit count (those blocks are never asked for again) but keeps the
-//! resident set prefix-closed, as in a real prefix cache.
+//! evicting the most recently accessed first (within the last request that touched them, the
+//! deeper block first). The choice changes no hit count: those blocks are never asked for
+//! again.
 //!
 //! Why this is the bound every report compares against: a prefix hit is also a hit of each of
 //! its blocks, so a policy's prefix hits are at most its per-block hits; Belady maximises
 //! per-block hits over all policies that keep at most `capacity` blocks between requests; and in
-//! a prefix-chained trace a block's prefix is always needed no later than the block itself, so
-//! OPT's resident set is prefix-closed at every arrival and its per-block hits *are* prefix
-//! hits. (For traces that are not prefix-chained OPT is the per-block optimum, which may not
-//! be the prefix-hit optimum.)
+//! a prefix-chained trace a block's prefix is always needed strictly before the block itself
+//! (positions, not requests), so whenever OPT keeps a block that will be needed again it keeps
+//! that block's prefix too: at every arrival the request's resident blocks form a prefix of it,
+//! and OPT's per-block hits *are* prefix hits. (For traces that are not prefix-chained OPT is
+//! the per-block optimum, which may not be the prefix-hit optimum.)
 //!
 //! Max-heap on `(next use, last access)` with lazy deletion; an entry is live while its block is
 //! resident and its last access matches.
