@@ -53,7 +53,7 @@ start() {
     "$VALKEY_BIN/valkey-server" --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
       --cluster-config-file "$dir/$p/nodes.conf" --dir "$dir/$p" --save "" --appendonly no \
       --daemonize yes --logfile "$dir/$p/valkey.log" --pidfile "$dir/$p/valkey.pid" \
-      --cluster-node-timeout 3000 >/dev/null || die "valkey-server on port $p did not start (see $dir/$p/valkey.log)"
+      --cluster-node-timeout 3000 </dev/null >/dev/null 2>&1 || die "valkey-server on port $p did not start (see $dir/$p/valkey.log)"
   done
   for p in "${ports[@]}"; do
     for _ in $(seq 1 100); do alive "$p" && break; sleep 0.05; done

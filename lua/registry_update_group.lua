@@ -9,9 +9,9 @@
 -- ARGV[3] current_version  decimal string, compared with the stored "version" exactly
 -- ARGV[4..] candidate storage names
 --
--- Reply: {1, new_version} | {5, message} (unknown group or storage) | {6, message} (version conflict)
+-- Reply: {1, new_version} | {5, message} (unknown group or storage) | {5, message} (version conflict)
 -- Example: groups = {g1 = {version = "1"}}; ARGV = {"g1", "{..version 2..}", "1", "nfs_01"}
---          -> groups = {g1 = {version = "2"}}. With ARGV[3] = "5" -> {6, "... stored version is 1"}.
+--          -> groups = {g1 = {version = "2"}}. With ARGV[3] = "5" -> {5, "... has version 1 ..."}.
 if #KEYS ~= 3 or #ARGV < 4 then return redis.error_reply('registry_update_group: expected 3 keys, >= 4 args') end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then
@@ -20,7 +20,7 @@ end
 local ok, g = pcall(cjson.decode, cur)
 local stored = ok and type(g) == 'table' and tostring(g['version']) or '?'
 if stored ~= ARGV[3] then
-  return {6, "instance group '" .. ARGV[1] .. "' has version " .. stored .. ", not current_version " ..
+  return {5, "instance group '" .. ARGV[1] .. "' has version " .. stored .. ", not current_version " ..
              ARGV[3] .. "; read it again with getInstanceGroup and retry"}
 end
 for i = 4, #ARGV do

@@ -57,7 +57,9 @@ async fn authenticate(state: &AppState, header_value: Option<String>) -> Result<
         return Err(unauthorized("authentication required: send Authorization: Basic or Bearer user:password"));
     };
     let Some((user, password)) = credentials(value) else {
-        return Err(unauthorized("malformed Authorization header: use Basic base64(user:password) or Bearer user:password"));
+        return Err(unauthorized(
+            "malformed Authorization header: use Basic base64(user:password) or Bearer user:password",
+        ));
     };
     let snap = state.registry.snapshot();
     let Some(acct) = snap.accounts.get(&user) else {
@@ -69,9 +71,8 @@ async fn authenticate(state: &AppState, header_value: Option<String>) -> Result<
         return Ok(acct.role);
     }
     let (hash, role) = (acct.password_hash.clone(), acct.role);
-    let ok = tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&password, &hash))
-        .await
-        .unwrap_or(false);
+    let ok =
+        tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&password, &hash)).await.unwrap_or(false);
     if !ok {
         return Err(unauthorized("unknown user or wrong password"));
     }

@@ -105,7 +105,11 @@ pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState)
 }
 
 async fn unknown_route(uri: Uri) -> Response {
-    error_response(Http::NOT_FOUND, StatusCode::UNSUPPORTED, format!("unknown route {}: RPCs are POST /api/<rpcName>", uri.path()))
+    error_response(
+        Http::NOT_FOUND,
+        StatusCode::UNSUPPORTED,
+        format!("unknown route {}: RPCs are POST /api/<rpcName>", uri.path()),
+    )
 }
 
 /// `GET /api/healthy`: 200 when every Valkey node answers, 503 otherwise.
@@ -142,7 +146,8 @@ impl Server {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let refresher = tokio::spawn(refresh_registry(self.state.clone(), rx.clone()));
-        let meta = tokio::spawn(axum::serve(self.meta, meta_router).with_graceful_shutdown(wait(rx.clone())).into_future());
+        let meta =
+            tokio::spawn(axum::serve(self.meta, meta_router).with_graceful_shutdown(wait(rx.clone())).into_future());
         let admin =
             tokio::spawn(axum::serve(self.admin, admin_router).with_graceful_shutdown(wait(rx.clone())).into_future());
         shutdown.await;

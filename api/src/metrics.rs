@@ -32,10 +32,11 @@ impl Metrics {
         )
         .expect("valid metric");
         let latency = HistogramVec::new(
-            HistogramOpts::new("kvcm_http_request_duration_seconds", "HTTP request latency by plane and route template")
-                .buckets(vec![
-                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                ]),
+            HistogramOpts::new(
+                "kvcm_http_request_duration_seconds",
+                "HTTP request latency by plane and route template",
+            )
+            .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
             &["plane", "route"],
         )
         .expect("valid metric");

@@ -1,1 +1,275 @@
+//! Test harness for kvcm's end-to-end tests: a real local Valkey cluster and real `kvcm-api`
+//! processes talking real HTTP.
+//!
+//! * [`valkey_url`] returns the shared test cluster: `KVCM_TEST_VALKEY_URL` if set (as
+//!   `make test` does), else a 3-primary cluster that the harness starts once with
+//!   `infra/valkey-cluster.sh` on ports 7301–7303 and leaves running for later test binaries.
+//! * [`Api::start`] spawns the `kvcm-api` binary (built by `cargo build --bins`, which `make
+//!   test` runs first) on free ports in a fresh namespace, so tests never see each other's
+//!   registry and never flush the shared cluster.
+//! * [`dump_namespace`] snapshots every key of a namespace, to prove a failed request left no
+//!   partial change.
 
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The shared test cluster's seed URL, starting the cluster if needed.
+pub fn valkey_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("KVCM_TEST_VALKEY_URL") {
+            return url;
+        }
+        let script = repo_root().join("infra/valkey-cluster.sh");
+        // An exclusive file lock serialises test binaries that start at the same time (`start`
+        // is idempotent). Rust opens files close-on-exec, so the daemonised valkey-servers do
+        // not inherit the lock.
+        let lock_path = repo_root().join(".kvcm/test-cluster.lock");
+        std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
+        let lock = std::fs::File::create(&lock_path).expect("create lock file");
+        lock.lock().expect("lock the test cluster");
+        let out = Command::new(&script)
+            .args(["start", "--base-port", "7301"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run infra/valkey-cluster.sh");
+        drop(lock);
+        assert!(out.status.success(), "could not start the test Valkey cluster");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    })
+    .clone()
+}
+
+/// A unique name for this test's entities (namespaces, instance ids, storages…).
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+/// Path of a workspace binary next to the running test executable (`target/<profile>/`).
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --bins` first (make test does)", path.display());
+    path
+}
+
+/// A running `kvcm-api` process. Killed on drop.
+pub struct Api {
+    child: Child,
+    pub meta: String,
+    pub admin: String,
+    pub namespace: String,
+    pub log: PathBuf,
+    http: reqwest::Client,
+}
+
+/// The outcome of starting a process that is expected to fail.
+#[derive(Debug)]
+pub struct Failed {
+    pub code: Option<i32>,
+    pub stderr: String,
+}
+
+impl Api {
+    /// Starts kvcm-api in a new namespace on free ports.
+    pub fn start() -> Api {
+        Self::start_with(&unique("ns"), &[])
+    }
+
+    /// Starts kvcm-api in `namespace` with extra `KVCM_*` environment variables.
+    pub fn start_with(namespace: &str, env: &[(&str, &str)]) -> Api {
+        match Self::try_start(namespace, env) {
+            Ok(api) => api,
+            Err(f) => panic!("kvcm-api did not start ({:?}):\n{}", f.code, f.stderr),
+        }
+    }
+
+    /// Starts kvcm-api; returns its exit code and stderr if it exits instead of serving.
+    pub fn try_start(namespace: &str, env: &[(&str, &str)]) -> Result<Api, Failed> {
+        let logs = repo_root().join(".kvcm/test-logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = logs.join(format!("{namespace}-{:04x}.log", fastrand::u16(..)));
+        let mut cmd = Command::new(bin_path("kvcm-api"));
+        cmd.env("KVCM_META_PORT", "0")
+            .env("KVCM_ADMIN_PORT", "0")
+            .env("KVCM_VALKEY_URL", valkey_url())
+            .env("KVCM_NAMESPACE", namespace)
+            .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn kvcm-api");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let field =
+            |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(str::to_string);
+        match (field("meta"), field("admin")) {
+            (Some(meta), Some(admin)) => {
+                Ok(Api { child, meta, admin, namespace: namespace.to_string(), log, http: reqwest::Client::new() })
+            }
+            _ => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                Err(Failed {
+                    code: status.and_then(|s| s.code()),
+                    stderr: std::fs::read_to_string(&log).unwrap_or_default(),
+                })
+            }
+        }
+    }
+
+    /// POSTs a JSON body to the admin plane; returns HTTP status and parsed body.
+    pub async fn admin(&self, rpc: &str, body: Value) -> (u16, Value) {
+        self.post(&self.admin, rpc, body.to_string(), None).await
+    }
+
+    /// POSTs a JSON body to the meta plane.
+    pub async fn meta(&self, rpc: &str, body: Value) -> (u16, Value) {
+        self.post(&self.meta, rpc, body.to_string(), None).await
+    }
+
+    /// POSTs raw text to a base URL with an optional Authorization header.
+    pub async fn post(&self, base: &str, rpc: &str, body: String, auth: Option<&str>) -> (u16, Value) {
+        let mut req = self.http.post(format!("{base}/api/{rpc}")).body(body);
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.expect("HTTP request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// GETs a path on the admin plane as text.
+    pub async fn get_admin(&self, path: &str) -> (u16, String) {
+        let resp = self.http.get(format!("{}{path}", self.admin)).send().await.expect("HTTP request");
+        (resp.status().as_u16(), resp.text().await.unwrap_or_default())
+    }
+
+    /// Stops the process (SIGKILL) and waits for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit code.
+    pub fn terminate(mut self) -> Option<i32> {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The status code name of a reply.
+pub fn code(reply: &Value) -> &str {
+    reply["header"]["status"]["code"].as_str().unwrap_or("<no code>")
+}
+
+/// The status message of a reply.
+pub fn message(reply: &Value) -> &str {
+    reply["header"]["status"]["message"].as_str().unwrap_or("")
+}
+
+/// Asserts an OK reply, showing the reply otherwise.
+#[track_caller]
+pub fn assert_ok(reply: &(u16, Value)) {
+    assert_eq!(reply.0, 200, "HTTP status of {}", reply.1);
+    assert_eq!(code(&reply.1), "OK", "reply {}", reply.1);
+}
+
+/// Asserts an HTTP 200 reply with the given non-OK code and a message containing `needle`.
+#[track_caller]
+pub fn assert_err(reply: &(u16, Value), expected: &str, needle: &str) {
+    assert_eq!(reply.0, 200, "HTTP status of {}", reply.1);
+    assert_eq!(code(&reply.1), expected, "reply {}", reply.1);
+    assert!(message(&reply.1).contains(needle), "message {:?} lacks {needle:?}", message(&reply.1));
+}
+
+/// A direct connection to the test cluster, for inspecting state.
+pub async fn valkey() -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap()
+}
+
+/// Every key of a namespace with its full contents, for before/after comparisons. Scans every
+/// primary (SCAN reaches one node at a time).
+pub async fn dump_namespace(namespace: &str) -> BTreeMap<String, String> {
+    let mut conn = valkey().await;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in nodes.lines().filter(|l| l.contains("master")) {
+        let addr = line.split_whitespace().nth(1).unwrap().split('@').next().unwrap();
+        let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+        let mut node = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{namespace}:*")).query_async(&mut node).await.unwrap();
+        for key in keys {
+            let dump: redis::Value = redis::cmd("DUMP").arg(&key).query_async(&mut node).await.unwrap();
+            let ty: String = redis::cmd("TYPE").arg(&key).query_async(&mut node).await.unwrap();
+            let content = match ty.as_str() {
+                "hash" => {
+                    let m: BTreeMap<String, String> =
+                        redis::cmd("HGETALL").arg(&key).query_async(&mut node).await.unwrap();
+                    format!("{m:?}")
+                }
+                "set" => {
+                    let mut v: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut node).await.unwrap();
+                    v.sort();
+                    format!("{v:?}")
+                }
+                _ => format!("{dump:?}"),
+            };
+            out.insert(key, content);
+        }
+    }
+    out
+}
+
+/// Polls `f` until it returns Some or the deadline passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

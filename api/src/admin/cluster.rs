@@ -18,7 +18,11 @@ fn now_ms() -> i64 {
 }
 
 pub async fn get_metrics(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<GetMetricsResponse> {
-    Reply(Ok(GetMetricsResponse { timestamp: now_ms(), metrics: s.metrics.as_metrics_data(), extra_data: String::new() }))
+    Reply(Ok(GetMetricsResponse {
+        timestamp: now_ms(),
+        metrics: s.metrics.as_metrics_data(),
+        extra_data: String::new(),
+    }))
 }
 
 pub async fn check_health(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<CheckHealthResponse> {

@@ -28,7 +28,10 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<GroupName
     Reply(s.registry.remove_group(&req.name).await.map(|_| Empty {}))
 }
 
-pub async fn get(State(s): State<AppState>, WireJson(req): WireJson<GroupNameRequest>) -> Reply<GetInstanceGroupResponse> {
+pub async fn get(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<GroupNameRequest>,
+) -> Reply<GetInstanceGroupResponse> {
     Reply(s.registry.get_group(&req.name).await.map(|instance_group| GetInstanceGroupResponse { instance_group }))
 }
 

@@ -33,5 +33,10 @@ pub async fn list(
     State(s): State<AppState>,
     WireJson(req): WireJson<ListInstanceInfoRequest>,
 ) -> Reply<ListInstanceInfoResponse> {
-    Reply(s.registry.list_instances(&req.instance_group_name).await.map(|instance_info| ListInstanceInfoResponse { instance_info }))
+    Reply(
+        s.registry
+            .list_instances(&req.instance_group_name)
+            .await
+            .map(|instance_info| ListInstanceInfoResponse { instance_info }),
+    )
 }

@@ -22,7 +22,10 @@ pub async fn get(
         async {
             kvcm_core::registry::validate::instance_id(&req.instance_id)?;
             let info = s.registry.instance(&req.instance_id).await?;
-            Ok(MetaGetInstanceInfoResponse { instance_group: info.instance_group_name.clone(), instance_info: (*info).clone() })
+            Ok(MetaGetInstanceInfoResponse {
+                instance_group: info.instance_group_name.clone(),
+                instance_info: (*info).clone(),
+            })
         }
         .await,
     )

@@ -260,6 +260,11 @@ mod tests {
     }
 
     #[test]
+    fn enum_tables_list_every_variant_with_its_number() {
+        assert_eq!(Color::ALL.iter().map(|c| c.number()).collect::<Vec<_>>(), vec![0, 1, 7]);
+    }
+
+    #[test]
     fn enums_read_names_or_numbers_and_write_names() {
         let c: Vec<Color> = serde_json::from_str(r#"["GREEN", 7, 0]"#).unwrap();
         assert_eq!(c, vec![Color::GREEN, Color::BLUE, Color::RED]);

@@ -1,0 +1,42 @@
+# kvcm — the two commands that matter: `make run` and `make test`.
+SHELL := /bin/bash
+export KVCM_ROOT := $(CURDIR)
+TEST_VALKEY_PORT ?= 7301
+
+.PHONY: run test deps build build-release lint unit cluster-up cluster-down clean
+
+## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
+run: deps build-release
+	@infra/run.sh
+
+## test: install what is missing, check formatting and lints, run every test on a real cluster
+test: deps lint
+	cargo build --workspace --bins
+	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
+	@set -o pipefail; status=0; \
+	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) cargo test --workspace --no-fail-fast || status=$$?; \
+	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
+	  exit $$status
+
+deps:
+	@infra/deps.sh
+
+build:
+	cargo build --workspace --bins
+
+build-release:
+	cargo build --release --bins -p kvcm-api
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+## cluster-up / cluster-down: the local development cluster on 7001..7003
+cluster-up: deps
+	@infra/valkey-cluster.sh start
+cluster-down:
+	@infra/valkey-cluster.sh stop
+
+clean:
+	cargo clean
+	rm -rf .kvcm

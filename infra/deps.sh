@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what kvcm's build, run and tests need, if missing. Idempotent; safe to run often.
+#   infra/deps.sh          Rust toolchain check, Valkey server, fonts for optimizer plots
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+command -v cargo >/dev/null || die "cargo is missing: install the Rust toolchain (https://rustup.rs) first"
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null || die "cargo $c is missing and rustup is not available to add it"
+    log "adding rust component $c"
+    rustup component add "$c" >&2
+  fi
+done
+"$(dirname "$0")/install-valkey.sh" >/dev/null
+
+# The optimizer renders plot text with a TrueType font found at run time.
+if ! ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing fonts-dejavu-core (plot labels)"
+    (apt-get install -y -q fonts-dejavu-core >/dev/null 2>&1 \
+      || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fonts-dejavu-core >/dev/null 2>&1)) \
+      || log "warning: could not install fonts-dejavu-core; optimizer plots will be skipped"
+  else
+    log "warning: no DejaVu font and no root apt-get; optimizer plots will be skipped"
+  fi
+fi

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `make run`: a local kvcm on an embedded default configuration.
+#
+# Starts a 3-primary Valkey cluster (ports KVCM_VALKEY_BASE_PORT.., default 7001..7003), then
+# kvcm-api with a startup config that creates a `file` storage `local_file` under
+# .kvcm/data/local_file/ and an instance group `default`, prints the URLs and serves in the
+# foreground. Ctrl-C / SIGTERM stops every process and the cluster.
+#
+# Overrides: KVCM_META_PORT (6382), KVCM_ADMIN_PORT (6492), KVCM_VALKEY_URL (use an existing
+# cluster instead of starting one), KVCM_VALKEY_BASE_PORT, any other KVCM_* config key.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+profile="${KVCM_PROFILE:-release}"
+bin="$KVCM_ROOT/target/$profile"
+
+started_cluster=""
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "$started_cluster" ]; then "$KVCM_ROOT/infra/valkey-cluster.sh" stop >/dev/null 2>&1 || true; fi
+  log "stopped"
+}
+trap cleanup INT TERM EXIT
+
+if [ -z "${KVCM_VALKEY_URL:-}" ]; then
+  KVCM_VALKEY_URL="$("$KVCM_ROOT/infra/valkey-cluster.sh" start)"
+  started_cluster=1
+  export KVCM_VALKEY_URL
+fi
+
+data="$KVCM_HOME/data/local_file"
+mkdir -p "$data"
+startup="${KVCM_STARTUP_CONFIG:-$KVCM_HOME/startup.json}"
+if [ -z "${KVCM_STARTUP_CONFIG:-}" ]; then
+  cat >"$startup" <<JSON
+{
+  "storage_config": { "type": "file", "global_unique_name": "local_file",
+                      "storage_spec": { "root_path": "$data/", "key_count_per_file": 1 } },
+  "instance_group": { "name": "default", "storage_candidates": ["local_file"],
+                      "quota": { "capacity": 10737418240,
+                                 "quota_config": [ { "storage_type": "file", "capacity": 10737418240 } ] },
+                      "cache_config": { "reclaim_strategy": { "reclaim_policy": 1,
+                                          "trigger_strategy": { "used_percentage": 0.8 },
+                                          "delay_before_delete_ms": 1000 } } }
+}
+JSON
+fi
+export KVCM_STARTUP_CONFIG="$startup"
+
+"$bin/kvcm-api" &
+pids+=($!)
+log "kvcm-api pid ${pids[-1]}; Valkey at $KVCM_VALKEY_URL; data under $data"
+log "meta plane:  http://127.0.0.1:${KVCM_META_PORT:-6382}   admin plane: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}   metrics: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}/metrics"
+log "press Ctrl-C to stop"
+# Serve until any process exits or we are signalled.
+wait -n "${pids[@]}"

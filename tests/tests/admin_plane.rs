@@ -1,0 +1,507 @@
+//! Black-box tests of the admin plane: every RPC's happy path and errors, through a real
+//! kvcm-api process on a real Valkey cluster. Every failed request is checked to leave the
+//! namespace's keys exactly as they were.
+
+use kvcm_tests::*;
+use serde_json::{Value, json};
+
+fn nfs(name: &str, root: &str) -> Value {
+    json!({"storage": {"global_unique_name": name, "nfs": {"root_path": root, "key_count_per_file": 1}}})
+}
+
+fn group(name: &str, candidates: &[&str], version: i64) -> Value {
+    json!({"name": name, "storage_candidates": candidates, "global_quota_group_name": "q",
+           "max_instance_count": 2, "quota": {"capacity": "1000000", "quota_config": [{"storage_type": "ST_NFS", "capacity": 500000}]},
+           "cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LRU", "trigger_strategy": {"used_percentage": 0.8}},
+                            "data_storage_strategy": "CPS_PREFER_3FS",
+                            "meta_indexer_config": {"max_key_count": 1000}},
+           "user_data": "ud", "version": version})
+}
+
+fn registration(group: &str, id: &str) -> Value {
+    json!({"trace_id": "t", "instance_group": group, "instance_id": id, "block_size": 16,
+           "location_spec_infos": [{"name": "tp0", "size": 1024}, {"name": "tp1", "size": "1024"}],
+           "model_deployment": {"model_name": "m", "dtype": "fp16", "tp_size": 2, "user_data": "u1"},
+           "location_spec_groups": [{"name": "all", "spec_names": ["tp0", "tp1"]}]})
+}
+
+/// Runs a request that must fail with `code`, and proves it changed nothing.
+async fn refused(api: &Api, rpc: &str, body: Value, code: &str, needle: &str) {
+    let before = dump_namespace(&api.namespace).await;
+    let reply = api.admin(rpc, body).await;
+    assert_err(&reply, code, needle);
+    assert_eq!(dump_namespace(&api.namespace).await, before, "{rpc} failed but changed state");
+}
+
+#[tokio::test]
+async fn storages_can_be_added_listed_disabled_enabled_updated_and_removed() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("nfs_01", "/tmp/kvcm-a")).await);
+    refused(&api, "addStorage", nfs("nfs_01", "/tmp/other"), "DUPLICATE_ENTITY", "already exists").await;
+
+    let (_, list) = api.admin("listStorage", json!({})).await;
+    assert_eq!(list["storage"][0]["global_unique_name"], "nfs_01");
+    assert_eq!(list["storage"][0]["nfs"]["root_path"], "/tmp/kvcm-a/", "root_path is normalised");
+    assert_eq!(list["storage"][0]["is_available"], true);
+
+    assert_ok(&api.admin("disableStorage", json!({"storage_unique_name": "nfs_01"})).await);
+    let (_, list) = api.admin("listStorage", json!({})).await;
+    assert_eq!(list["storage"][0]["is_available"], false);
+    assert_ok(&api.admin("enableStorage", json!({"storage_unique_name": "nfs_01"})).await);
+    let (_, list) = api.admin("listStorage", json!({})).await;
+    assert_eq!(list["storage"][0]["is_available"], true);
+    refused(&api, "enableStorage", json!({"storage_unique_name": "nope"}), "INVALID_ARGUMENT", "'nope' does not exist")
+        .await;
+
+    // A change that keeps the blocks where they are is fine; moving them needs force_update.
+    let mut upd = nfs("nfs_01", "/tmp/kvcm-a/");
+    upd["storage"]["check_storage_available_when_open"] = json!(true);
+    assert_ok(&api.admin("updateStorage", upd).await);
+    refused(&api, "updateStorage", nfs("nfs_01", "/tmp/kvcm-b"), "INVALID_ARGUMENT", "force_update").await;
+    let mut forced = nfs("nfs_01", "/tmp/kvcm-b");
+    forced["force_update"] = json!(true);
+    assert_ok(&api.admin("updateStorage", forced).await);
+    let (_, list) = api.admin("listStorage", json!({})).await;
+    assert_eq!(list["storage"][0]["nfs"]["root_path"], "/tmp/kvcm-b/");
+    refused(&api, "updateStorage", nfs("ghost", "/tmp/x"), "INVALID_ARGUMENT", "'ghost' does not exist").await;
+
+    refused(&api, "removeStorage", json!({"storage_unique_name": "ghost"}), "INVALID_ARGUMENT", "does not exist").await;
+    assert_ok(&api.admin("removeStorage", json!({"storage_unique_name": "nfs_01"})).await);
+    let (_, list) = api.admin("listStorage", json!({})).await;
+    assert_eq!(list["storage"], json!([]));
+}
+
+#[tokio::test]
+async fn invalid_storages_are_refused_with_the_field_named() {
+    let api = Api::start();
+    let cases = [
+        (json!({}), "storage is required"),
+        (json!({"storage": {"global_unique_name": "s"}}), "exactly one of"),
+        (json!({"storage": {"global_unique_name": "s", "nfs": {"root_path": "/a"}, "threefs": {}}}), "exactly one of"),
+        (json!({"storage": {"nfs": {"root_path": "/a"}}}), "storage.global_unique_name is required"),
+        (json!({"storage": {"global_unique_name": "bad name", "nfs": {"root_path": "/a"}}}), "contains ' '"),
+        (
+            json!({"storage": {"global_unique_name": "s", "nfs": {"root_path": "rel/"}}}),
+            "root_path must be an absolute",
+        ),
+        (json!({"storage": {"global_unique_name": "s", "nfs": {"root_path": "/a/../b"}}}), "'..'"),
+        (
+            json!({"storage": {"global_unique_name": "s", "nfs": {"root_path": "/a", "key_count_per_file": -1}}}),
+            "key_count_per_file",
+        ),
+        (
+            json!({"storage": {"global_unique_name": "s", "threefs": {"mountpoint": "/3fs"}}}),
+            "threefs.root_dir is required",
+        ),
+        (json!({"storage": {"global_unique_name": "s", "mooncake": {"protocol": "tcp"}}}), "mooncake.local_hostname"),
+        (
+            json!({"storage": {"global_unique_name": "s", "mooncake": {"local_hostname": "h:1", "metadata_connstring": "x",
+            "master_service_entry": "m:1", "protocol": "udp"}}}),
+            "protocol must be",
+        ),
+        (json!({"storage": {"global_unique_name": "s", "tair_mem_pool": {}}}), "tair_mem_pool.domain is required"),
+    ];
+    for (body, needle) in cases {
+        refused(&api, "addStorage", body, "INVALID_ARGUMENT", needle).await;
+    }
+    refused(&api, "removeStorage", json!({}), "INVALID_ARGUMENT", "storage_unique_name is required").await;
+}
+
+#[tokio::test]
+async fn a_storage_used_by_a_group_cannot_be_removed_and_the_group_is_named() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("nfs_01", "/tmp/kvcm")).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g_uses", &["nfs_01"], 1)})).await);
+    refused(
+        &api,
+        "removeStorage",
+        json!({"storage_unique_name": "nfs_01"}),
+        "INVALID_ARGUMENT",
+        "instance group 'g_uses'",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn instance_groups_are_created_read_updated_optimistically_and_removed() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    assert_ok(&api.admin("addStorage", nfs("s2", "/tmp/kvcm2")).await);
+    refused(
+        &api,
+        "createInstanceGroup",
+        json!({"instance_group": group("g", &["s1", "missing"], 1)}),
+        "INVALID_ARGUMENT",
+        "storage candidate 'missing' does not exist",
+    )
+    .await;
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g", &["s1"], 1)})).await);
+    refused(
+        &api,
+        "createInstanceGroup",
+        json!({"instance_group": group("g", &["s1"], 1)}),
+        "DUPLICATE_ENTITY",
+        "'g' already exists",
+    )
+    .await;
+
+    let (_, got) = api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    let g = &got["instance_group"];
+    assert_eq!(g["version"], "1", "int64 fields are strings");
+    assert_eq!(g["quota"]["capacity"], "1000000");
+    assert_eq!(g["quota"]["quota_config"][0]["storage_type"], "ST_NFS");
+    assert_eq!(g["cache_config"]["reclaim_strategy"]["reclaim_policy"], "POLICY_LRU");
+    assert_eq!(g["cache_config"]["meta_indexer_config"]["max_key_count"], 1000, "unused fields are echoed");
+    assert_eq!(g["user_data"], "ud");
+
+    // Optimistic concurrency: stale current_version, non-increasing version, unknown storage.
+    let body = |cands: &[&str], version: i64, current: Value| json!({"instance_group": group("g", cands, version), "current_version": current});
+    refused(
+        &api,
+        "updateInstanceGroup",
+        body(&["s2"], 3, json!(2)),
+        "INVALID_ARGUMENT",
+        "has version 1, not current_version 2",
+    )
+    .await;
+    refused(
+        &api,
+        "updateInstanceGroup",
+        body(&["s2"], 1, json!(1)),
+        "INVALID_ARGUMENT",
+        "must be larger than current_version",
+    )
+    .await;
+    refused(&api, "updateInstanceGroup", body(&["zz"], 2, json!(1)), "INVALID_ARGUMENT", "'zz' does not exist").await;
+    refused(
+        &api,
+        "updateInstanceGroup",
+        json!({"current_version": 1}),
+        "INVALID_ARGUMENT",
+        "instance_group is required",
+    )
+    .await;
+    let mut ghost = body(&["s2"], 2, json!("1"));
+    ghost["instance_group"]["name"] = json!("ghost");
+    refused(&api, "updateInstanceGroup", ghost, "INVALID_ARGUMENT", "'ghost' does not exist").await;
+    assert_ok(&api.admin("updateInstanceGroup", body(&["s2", "s1"], 2, json!("1"))).await);
+    let (_, got) = api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    assert_eq!(got["instance_group"]["storage_candidates"], json!(["s2", "s1"]));
+    assert_eq!(got["instance_group"]["version"], "2");
+
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("h", &["s1"], 0)})).await);
+    let (_, list) = api.admin("listInstanceGroup", json!({})).await;
+    let names: Vec<&str> =
+        list["instance_group"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["g", "h"]);
+
+    // A group with instances cannot be removed.
+    assert_ok(&api.admin("registerInstance", registration("g", "inst-a")).await);
+    refused(&api, "removeInstanceGroup", json!({"name": "g"}), "INVALID_ARGUMENT", "still has 1 instance").await;
+    assert_ok(&api.admin("removeInstance", json!({"instance_id": "inst-a"})).await);
+    assert_ok(&api.admin("removeInstanceGroup", json!({"name": "g"})).await);
+    refused(&api, "removeInstanceGroup", json!({"name": "g"}), "INVALID_ARGUMENT", "does not exist").await;
+    let (_, got) = api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    assert_eq!(code(&got), "INVALID_ARGUMENT");
+    assert_eq!(got["instance_group"]["name"], "", "error replies still carry every field");
+}
+
+#[tokio::test]
+async fn invalid_instance_groups_are_refused_with_the_field_named() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut g = group("g", &["s1"], 1);
+        f(&mut g);
+        json!({"instance_group": g})
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({}), "instance_group is required"),
+        (with(&|g| g["name"] = json!("")), "instance_group.name is required"),
+        (with(&|g| g["storage_candidates"] = json!([])), "at least one storage"),
+        (with(&|g| g["storage_candidates"] = json!(["s1", "s1"])), "twice"),
+        (with(&|g| g["quota"]["capacity"] = json!(-1)), "quota.capacity"),
+        (
+            with(&|g| g["quota"]["quota_config"][0]["storage_type"] = json!("ST_UNSPECIFIED")),
+            "storage_type is required",
+        ),
+        (
+            with(&|g| g["cache_config"]["reclaim_strategy"]["trigger_strategy"]["used_percentage"] = json!(1.5)),
+            "used_percentage",
+        ),
+        (
+            with(&|g| g["cache_config"]["reclaim_strategy"]["storage_unique_name"] = json!("other")),
+            "not one of the group's",
+        ),
+        (with(&|g| g["max_instance_count"] = json!(-3)), "max_instance_count"),
+    ];
+    for (body, needle) in cases {
+        refused(&api, "createInstanceGroup", body, "INVALID_ARGUMENT", needle).await;
+    }
+}
+
+#[tokio::test]
+async fn instances_register_idempotently_and_any_difference_is_a_duplicate() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g", &["s1"], 1)})).await);
+
+    let (_, reg) = api.meta("registerInstance", registration("g", "i1")).await;
+    assert_eq!(code(&reg), "OK", "{reg}");
+    let configs: Value = serde_json::from_str(reg["storage_configs"].as_str().unwrap()).unwrap();
+    assert_eq!(configs[0]["global_unique_name"], "s1");
+    assert_eq!(configs[0]["type"], "file");
+    assert_eq!(configs[0]["storage_spec"]["root_path"], "/tmp/kvcm1/");
+
+    // Same registration (user_data may differ) on either plane: OK, nothing changes.
+    let before = dump_namespace(&api.namespace).await;
+    let mut again = registration("g", "i1");
+    again["model_deployment"]["user_data"] = json!("different user data");
+    assert_ok(&api.meta("registerInstance", again.clone()).await);
+    assert_ok(&api.admin("registerInstance", again).await);
+    assert_eq!(dump_namespace(&api.namespace).await, before);
+
+    for (field, value, named) in [
+        ("block_size", json!(32), "block_size (16 vs 32)"),
+        (
+            "location_spec_infos",
+            json!([{"name": "tp0", "size": 1024}, {"name": "tp1", "size": 2048}]),
+            "location_spec_infos",
+        ),
+        ("location_spec_groups", json!([]), "location_spec_groups"),
+    ] {
+        let mut body = registration("g", "i1");
+        body[field] = value;
+        let before = dump_namespace(&api.namespace).await;
+        let (_, r) = api.meta("registerInstance", body).await;
+        assert_eq!(code(&r), "DUPLICATE_ENTITY", "{r}");
+        assert!(message(&r).contains(named), "{r}");
+        assert_eq!(r["storage_configs"], "", "error replies carry every field");
+        assert_eq!(dump_namespace(&api.namespace).await, before);
+    }
+    let mut body = registration("g", "i1");
+    body["model_deployment"]["extra"] = json!("changed");
+    refused(&api, "registerInstance", body, "DUPLICATE_ENTITY", "model_deployment").await;
+
+    // getInstanceInfo on both planes, in their own shapes.
+    let (_, meta) = api.meta("getInstanceInfo", json!({"instance_id": "i1"})).await;
+    assert_eq!(meta["instance_group"], "g");
+    assert_eq!(meta["instance_info"]["block_size"], 16);
+    assert_eq!(meta["instance_info"]["quota_group_name"], "q");
+    assert_eq!(meta["instance_info"]["location_spec_infos"][1]["size"], "1024");
+    let (_, admin) = api.admin("getInstanceInfo", json!({"instance_id": "i1"})).await;
+    assert_eq!(admin["instance_info"], meta["instance_info"]);
+    assert!(admin.get("instance_group").is_none());
+    let (_, unknown) = api.meta("getInstanceInfo", json!({"instance_id": "nobody"})).await;
+    assert_eq!(code(&unknown), "INSTANCE_NOT_EXIST");
+    assert_eq!(unknown["instance_info"]["instance_id"], "");
+}
+
+#[tokio::test]
+async fn invalid_registrations_are_refused_with_the_field_named() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g", &["s1"], 1)})).await);
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut r = registration("g", "i1");
+        f(&mut r);
+        r
+    };
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            with(&|r| r["instance_group"] = json!("nogroup")),
+            "INVALID_ARGUMENT",
+            "instance group 'nogroup' does not exist",
+        ),
+        (with(&|r| r["instance_group"] = json!("")), "INVALID_ARGUMENT", "instance_group is required"),
+        (with(&|r| r["instance_id"] = json!("")), "INVALID_ARGUMENT", "instance_id is required"),
+        (with(&|r| r["instance_id"] = json!("a{b}")), "INVALID_ARGUMENT", "not allowed"),
+        (with(&|r| r["instance_id"] = json!("../etc")), "INVALID_ARGUMENT", "'..'"),
+        (with(&|r| r["block_size"] = json!(0)), "INVALID_ARGUMENT", "block_size must be > 0"),
+        (
+            with(&|r| r.as_object_mut().unwrap().remove("model_deployment").map(drop).unwrap_or(())),
+            "INVALID_ARGUMENT",
+            "model_deployment is required",
+        ),
+        (with(&|r| r["model_deployment"]["model_name"] = json!("")), "INVALID_ARGUMENT", "model_name is required"),
+        (with(&|r| r["model_deployment"]["dtype"] = json!("")), "INVALID_ARGUMENT", "dtype is required"),
+        (with(&|r| r["location_spec_infos"] = json!([])), "INVALID_ARGUMENT", "at least one spec"),
+        (with(&|r| r["location_spec_infos"][1]["name"] = json!("tp0")), "INVALID_ARGUMENT", "lists \"tp0\" twice"),
+        (with(&|r| r["location_spec_infos"][0]["size"] = json!(0)), "INVALID_ARGUMENT", "size must be > 0"),
+        (
+            with(&|r| r["location_spec_groups"][0]["spec_names"] = json!(["tp9"])),
+            "INVALID_ARGUMENT",
+            "\"tp9\", which is not in",
+        ),
+    ];
+    for (body, code, needle) in cases {
+        let before = dump_namespace(&api.namespace).await;
+        assert_err(&api.meta("registerInstance", body.clone()).await, code, needle);
+        assert_err(&api.admin("registerInstance", body).await, code, needle);
+        assert_eq!(dump_namespace(&api.namespace).await, before);
+    }
+}
+
+#[tokio::test]
+async fn a_group_refuses_instances_beyond_max_instance_count() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g", &["s1"], 1)})).await);
+    assert_ok(&api.meta("registerInstance", registration("g", "i1")).await);
+    assert_ok(&api.meta("registerInstance", registration("g", "i2")).await);
+    refused(&api, "registerInstance", registration("g", "i3"), "REACH_MAX_ENTITY_CAPACITY", "max_instance_count").await;
+    // Removing one frees a slot; removing with the wrong group or twice is refused.
+    refused(
+        &api,
+        "removeInstance",
+        json!({"instance_id": "i1", "instance_group": "other"}),
+        "INVALID_ARGUMENT",
+        "belongs to",
+    )
+    .await;
+    assert_ok(&api.admin("removeInstance", json!({"instance_id": "i1", "instance_group": "g"})).await);
+    refused(&api, "removeInstance", json!({"instance_id": "i1"}), "INSTANCE_NOT_EXIST", "'i1' is not registered").await;
+    assert_ok(&api.meta("registerInstance", registration("g", "i3")).await);
+}
+
+#[tokio::test]
+async fn instances_are_listed_per_group_and_in_all() {
+    let api = Api::start();
+    assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("a", &["s1"], 1)})).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("b", &["s1"], 1)})).await);
+    assert_ok(&api.meta("registerInstance", registration("a", "x2")).await);
+    assert_ok(&api.meta("registerInstance", registration("a", "x1")).await);
+    assert_ok(&api.meta("registerInstance", registration("b", "y1")).await);
+    let ids = |v: &Value| -> Vec<String> {
+        v["instance_info"].as_array().unwrap().iter().map(|i| i["instance_id"].as_str().unwrap().to_string()).collect()
+    };
+    let (_, a) = api.admin("listInstanceInfo", json!({"instance_group_name": "a"})).await;
+    assert_eq!(ids(&a), vec!["x1", "x2"]);
+    let (_, all) = api.admin("listInstanceInfo", json!({})).await;
+    assert_eq!(ids(&all), vec!["x1", "x2", "y1"]);
+    refused(&api, "listInstanceInfo", json!({"instance_group_name": "zz"}), "INVALID_ARGUMENT", "'zz' does not exist")
+        .await;
+}
+
+#[tokio::test]
+async fn accounts_turn_on_admin_authentication_and_passwords_are_never_stored_or_returned() {
+    let api = Api::start();
+    let (_, empty) = api.admin("listAccount", json!({})).await;
+    assert_eq!(empty["accounts"], json!([]));
+    refused(
+        &api,
+        "addAccount",
+        json!({"user_name": "eng", "password": "engine-pass", "role": "ROLE_USER"}),
+        "INVALID_ARGUMENT",
+        "first account must have role ROLE_ADMIN",
+    )
+    .await;
+    refused(
+        &api,
+        "addAccount",
+        json!({"user_name": "root", "password": "short", "role": 1}),
+        "INVALID_ARGUMENT",
+        "at least 8",
+    )
+    .await;
+    refused(
+        &api,
+        "addAccount",
+        json!({"password": "long-enough", "role": 1}),
+        "INVALID_ARGUMENT",
+        "user_name is required",
+    )
+    .await;
+    assert_ok(&api.admin("addAccount", json!({"user_name": "root", "password": "admin-pass-1", "role": 1})).await);
+
+    // Now the admin plane wants credentials.
+    let (status, body) = api.admin("listAccount", json!({})).await;
+    assert_eq!(status, 401, "{body}");
+    let admin = Some("Bearer root:admin-pass-1");
+    let basic = Some("Basic cm9vdDphZG1pbi1wYXNzLTE="); // root:admin-pass-1
+    let (status, _) = api.post(&api.admin, "listAccount", "{}".into(), Some("Bearer root:wrong-pass")).await;
+    assert_eq!(status, 401);
+    let (status, _) = api.post(&api.admin, "listAccount", "{}".into(), basic).await;
+    assert_eq!(status, 200);
+    let add_user = json!({"user_name": "eng", "password": "engine-pass", "role": "ROLE_USER"}).to_string();
+    let r = api.post(&api.admin, "addAccount", add_user.clone(), admin).await;
+    assert_ok(&r);
+    let r = api.post(&api.admin, "addAccount", add_user, admin).await;
+    assert_err(&r, "DUPLICATE_ENTITY", "already exists");
+    let (status, _) = api.post(&api.admin, "listAccount", "{}".into(), Some("Bearer eng:engine-pass")).await;
+    assert_eq!(status, 403, "a ROLE_USER account cannot use the admin plane");
+    // The meta plane stays open (meta_auth is off by default), like Tair KVCM's.
+    let (status, _) = api.meta("getInstanceInfo", json!({"instance_id": "x"})).await;
+    assert_eq!(status, 200);
+
+    let (_, list) = api.post(&api.admin, "listAccount", "{}".into(), admin).await;
+    assert_eq!(
+        list["accounts"],
+        json!([{"user_name": "eng", "role": "ROLE_USER"}, {"user_name": "root", "role": "ROLE_ADMIN"}])
+    );
+    assert!(!list.to_string().contains("pass"), "no password or hash in listAccount");
+    let dump = dump_namespace(&api.namespace).await;
+    let stored: String = dump.values().cloned().collect();
+    assert!(!stored.contains("admin-pass-1") && !stored.contains("engine-pass"), "plain passwords in Valkey");
+    assert!(stored.contains("$argon2id$"));
+
+    let r = api.post(&api.admin, "deleteAccount", json!({"user_name": "root"}).to_string(), admin).await;
+    assert_err(&r, "INVALID_ARGUMENT", "last ROLE_ADMIN");
+    let r = api.post(&api.admin, "deleteAccount", json!({"user_name": "nobody"}).to_string(), admin).await;
+    assert_err(&r, "INVALID_ARGUMENT", "does not exist");
+    assert_ok(&api.post(&api.admin, "deleteAccount", json!({"user_name": "eng"}).to_string(), admin).await);
+    assert_ok(&api.post(&api.admin, "deleteAccount", json!({"user_name": "root"}).to_string(), admin).await);
+    let (status, _) = api.admin("listAccount", json!({})).await;
+    assert_eq!(status, 200, "no accounts: authentication is off again");
+}
+
+#[tokio::test]
+async fn meta_auth_protects_the_meta_plane_when_enabled() {
+    let api = Api::start_with(&unique("ns"), &[("KVCM_META_AUTH", "true")]);
+    assert_ok(&api.admin("addAccount", json!({"user_name": "root", "password": "admin-pass-1", "role": 1})).await);
+    let r = api
+        .post(
+            &api.admin,
+            "addAccount",
+            json!({"user_name": "eng", "password": "engine-pass"}).to_string(),
+            Some("Bearer root:admin-pass-1"),
+        )
+        .await;
+    assert_ok(&r);
+    let body = json!({"instance_id": "x"}).to_string();
+    assert_eq!(api.post(&api.meta, "getInstanceInfo", body.clone(), None).await.0, 401);
+    assert_eq!(api.post(&api.meta, "getInstanceInfo", body, Some("Bearer eng:engine-pass")).await.0, 200);
+}
+
+#[tokio::test]
+async fn health_cluster_info_metrics_and_leader_rpcs_answer() {
+    let api = Api::start();
+    let (_, h) = api.admin("checkHealth", json!({"trace_id": "t"})).await;
+    assert_eq!((code(&h), &h["is_health"]), ("OK", &json!(true)));
+    let (_, info) = api.admin("getManagerClusterInfo", json!({})).await;
+    assert!(info["self_node_id"].as_str().unwrap().ends_with(&api.admin.rsplit(':').next().unwrap().to_string()));
+    assert_eq!(info["leader_node_id"], info["self_node_id"]);
+    assert_eq!(
+        info["leader_endpoint"]["meta_http_port"].as_i64().unwrap().to_string(),
+        api.meta.rsplit(':').next().unwrap()
+    );
+    for rpc in ["leaderDemote", "getLeaderElectorConfig", "updateLeaderElectorConfig"] {
+        assert_err(&api.admin(rpc, json!({"campaign_delay_time_ms": 5})).await, "UNSUPPORTED", "no leader");
+    }
+    let (_, m) = api.admin("getMetrics", json!({})).await;
+    let has = m["metrics"].as_array().unwrap().iter().any(|d| {
+        d["metric_name"] == "kvcm_http_requests_total"
+            && d["metric_tags"].as_array().unwrap().iter().any(|t| t["tag_value"] == "/api/checkHealth")
+    });
+    assert!(has, "{m}");
+    let (status, text) = api.get_admin("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(r#"kvcm_http_requests_total{code="UNSUPPORTED",plane="admin",route="/api/leaderDemote"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"kvcm_http_request_duration_seconds_count{plane="admin",route="/api/checkHealth"} 1"#));
+    let (status, text) = api.get_admin("/api/healthy").await;
+    assert_eq!((status, text.as_str()), (200, r#"{"status":"OK"}"#));
+}
