@@ -4,12 +4,13 @@
 -- KEYS[2] storages           hash name -> StorageConfig JSON
 -- KEYS[3] storages_disabled  set of disabled names
 -- KEYS[4] groups             hash name -> InstanceGroup JSON
+-- KEYS[5] storage_ids        hash name -> id
 -- ARGV[1] name               storage name
 --
 -- Reply: {1, new_version} | {5, message} (unknown storage, or still used: names the group)
 -- Example: groups = {g1 = {storage_candidates = ["nfs_01"]}}; ARGV = {"nfs_01"}
 --          -> {5, "storage 'nfs_01' is used by instance group 'g1' ..."}, nothing changes.
-if #KEYS ~= 4 or #ARGV ~= 1 then return redis.error_reply('registry_remove_storage: expected 4 keys, 1 arg') end
+if #KEYS ~= 5 or #ARGV ~= 1 then return redis.error_reply('registry_remove_storage: expected 5 keys, 1 arg') end
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[2], name) == 0 then
   return {5, "storage '" .. name .. "' does not exist"}
@@ -31,4 +32,5 @@ for i = 1, #groups, 2 do
 end
 redis.call('HDEL', KEYS[2], name)
 redis.call('SREM', KEYS[3], name)
+redis.call('HDEL', KEYS[5], name)
 return {1, tostring(redis.call('INCR', KEYS[1]))}

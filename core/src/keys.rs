@@ -27,6 +27,10 @@ pub struct RegistryKeys {
     pub instance_fp: String,
     /// Hash: user name → account JSON (role, password hash).
     pub accounts: String,
+    /// Hash: storage name → numeric id (what compact block records store).
+    pub storage_ids: String,
+    /// String counter handing out storage ids (never reused).
+    pub storage_id_seq: String,
 }
 
 impl RegistryKeys {
@@ -41,11 +45,13 @@ impl RegistryKeys {
             instances: k("instances"),
             instance_fp: k("instance_fp"),
             accounts: k("accounts"),
+            storage_ids: k("storage_ids"),
+            storage_id_seq: k("storage_id_seq"),
         }
     }
 
     /// Every registry key, in a fixed order (for scripts that read the whole registry).
-    pub fn all(&self) -> [&str; 8] {
+    pub fn all(&self) -> [&str; 10] {
         [
             &self.version,
             &self.storages,
@@ -55,6 +61,8 @@ impl RegistryKeys {
             &self.instances,
             &self.instance_fp,
             &self.accounts,
+            &self.storage_ids,
+            &self.storage_id_seq,
         ]
     }
 }

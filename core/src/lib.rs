@@ -5,6 +5,8 @@
 //! with [`valkey::connect`], open the [`registry::Registry`] and serve.
 
 pub mod auth;
+pub mod block_key;
+pub mod mask;
 pub mod config;
 pub mod error;
 pub mod keys;

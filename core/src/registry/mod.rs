@@ -42,6 +42,9 @@ pub struct Snapshot {
     pub groups: BTreeMap<String, InstanceGroup>,
     pub instances: HashMap<String, Arc<InstanceInfo>>,
     pub accounts: BTreeMap<String, StoredAccount>,
+    /// Storage name → numeric id stored in block records, and back.
+    pub storage_ids: HashMap<String, u16>,
+    pub storage_names: HashMap<u16, String>,
 }
 
 impl Snapshot {
@@ -54,7 +57,7 @@ impl Snapshot {
     }
 }
 
-type SnapshotReply = (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+type SnapshotReply = (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
 
 fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -> Vec<(String, T)> {
     let mut out = Vec::with_capacity(flat.len() / 2);
@@ -123,7 +126,7 @@ impl Registry {
         for k in self.keys.all() {
             inv.key(k);
         }
-        let (_, version, storages, disabled, groups, instances, accounts): SnapshotReply =
+        let (_, version, storages, disabled, groups, instances, accounts, ids): SnapshotReply =
             inv.invoke_async(&mut self.conn()).await?;
         let mut snap = Snapshot {
             version: version.parse().unwrap_or(0),
@@ -134,9 +137,17 @@ impl Registry {
                 .map(|(k, v)| (k, Arc::new(v)))
                 .collect(),
             accounts: decode_pairs("account", accounts).into_iter().collect(),
+            ..Default::default()
         };
         for (name, s) in snap.storages.iter_mut() {
             s.is_available = !disabled.contains(name);
+        }
+        let mut it = ids.into_iter();
+        while let (Some(name), Some(id)) = (it.next(), it.next()) {
+            if let Ok(id) = id.parse::<u16>() {
+                snap.storage_ids.insert(name.clone(), id);
+                snap.storage_names.insert(id, name);
+            }
         }
         let snap = Arc::new(snap);
         let mut w = self.cache.write().unwrap_or_else(|p| p.into_inner());
@@ -188,7 +199,11 @@ impl Registry {
         validate::storage(&mut cfg)?;
         let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_ADD_STORAGE, &[&k.version, &k.storages], &[&cfg.global_unique_name, &json])
+        self.write(
+            &scripts::REGISTRY_ADD_STORAGE,
+            &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq],
+            &[&cfg.global_unique_name, &json],
+        )
             .await
             .map(drop)
     }
@@ -236,7 +251,7 @@ impl Registry {
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_STORAGE,
-            &[&k.version, &k.storages, &k.storages_disabled, &k.groups],
+            &[&k.version, &k.storages, &k.storages_disabled, &k.groups, &k.storage_ids],
             &[name],
         )
         .await
