@@ -67,6 +67,69 @@ impl RegistryKeys {
     }
 }
 
+/// Keys of one instance, all under its hash tag (see `lua/lib/record.lua` for the layouts).
+#[derive(Debug, Clone)]
+pub struct InstanceKeys {
+    prefix: String,
+    /// Hash: block key (8 bytes big-endian) → block record.
+    pub blocks: String,
+    /// Hash: `b<storage id>` / `n<storage id>` → serving bytes / blocks.
+    pub usage: String,
+    /// Zset: leaf block → last access (ms).
+    pub lru: String,
+    /// Zset: leaf block → access count.
+    pub lfu: String,
+    /// Zset: interior block → last access (ms) as the deepest block of a read.
+    pub itouch: String,
+    /// Stream: locations queued for physical deletion.
+    pub del: String,
+    /// Zset: open write session id → deadline (unix s).
+    pub sessions: String,
+    /// String counter of session numbers.
+    pub seq: String,
+    /// Hash: packed file id → number of blocks written into it.
+    pub files: String,
+}
+
+impl InstanceKeys {
+    pub fn new(namespace: &str, instance_id: &str) -> Self {
+        let prefix = instance_prefix(namespace, instance_id);
+        let k = |name: &str| format!("{prefix}{name}");
+        InstanceKeys {
+            blocks: k("blocks"),
+            usage: k("usage"),
+            lru: k("lru"),
+            lfu: k("lfu"),
+            itouch: k("itouch"),
+            del: k("del"),
+            sessions: k("sessions"),
+            seq: k("seq"),
+            files: k("files"),
+            prefix,
+        }
+    }
+
+    /// The record of one write session.
+    pub fn session(&self, session_id: &str) -> String {
+        format!("{}s:{session_id}", self.prefix)
+    }
+
+    /// A trash hash receiving every block of a trim.
+    pub fn trash(&self, id: &str) -> String {
+        format!("{}trash:{id}", self.prefix)
+    }
+
+    /// Every fixed key (for slot checks).
+    pub fn all(&self) -> Vec<&str> {
+        vec![&self.blocks, &self.usage, &self.lru, &self.lfu, &self.itouch, &self.del, &self.sessions, &self.seq, &self.files]
+    }
+}
+
+/// A block key as stored in Valkey: 8 bytes, big-endian.
+pub fn block_field(key: i64) -> [u8; 8] {
+    key.to_be_bytes()
+}
+
 /// The hash tag shared by every key of one instance.
 pub fn instance_tag(instance_id: &str) -> String {
     format!("{{i:{instance_id}}}")
@@ -121,6 +184,17 @@ mod tests {
         let first = slot(keys.all()[0]);
         assert!(keys.all().iter().all(|k| slot(k) == first));
         assert_eq!(first, slot("{reg}"));
+    }
+
+    #[test]
+    fn every_key_of_an_instance_shares_its_slot() {
+        for id in ["inst-1", "Qwen/Qwen2-7B", "a:b@c"] {
+            let k = InstanceKeys::new("kvcm", id);
+            let slot0 = slot(&k.blocks);
+            for key in k.all().into_iter().chain([k.session("123").as_str(), k.trash("9").as_str()]) {
+                assert_eq!(slot(key), slot0, "{key}");
+            }
+        }
     }
 
     #[test]

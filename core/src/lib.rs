@@ -5,6 +5,7 @@
 //! with [`valkey::connect`], open the [`registry::Registry`] and serve.
 
 pub mod auth;
+pub mod backend;
 pub mod block_key;
 pub mod mask;
 pub mod config;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod keys;
 pub mod registry;
 pub mod scripts;
+pub mod store;
 pub mod telemetry;
 pub mod valkey;
 pub mod wire;

@@ -13,13 +13,16 @@ use std::sync::OnceLock;
 #[derive(Debug)]
 pub struct LuaScript {
     pub file: &'static str,
+    /// The file as written (its documented header first).
+    pub file_source: &'static str,
+    /// What Valkey runs: the file, after `lua/lib/record.lua` for data-plane scripts.
     pub source: &'static str,
     script: OnceLock<Script>,
 }
 
 impl LuaScript {
-    const fn new(file: &'static str, source: &'static str) -> Self {
-        LuaScript { file, source, script: OnceLock::new() }
+    const fn new(file: &'static str, file_source: &'static str, source: &'static str) -> Self {
+        LuaScript { file, file_source, source, script: OnceLock::new() }
     }
 
     /// The script, ready for `.key(..).arg(..).invoke_async(..)` (EVALSHA, NOSCRIPT fallback).
@@ -29,17 +32,30 @@ impl LuaScript {
 }
 
 macro_rules! scripts {
-    ($($name:ident => $file:literal),+ $(,)?) => {
+    (registry: $($name:ident => $file:literal),+ ; data: $($dname:ident => $dfile:literal),+ $(,)?) => {
         $(
             #[doc = concat!("`lua/", $file, "`")]
-            pub static $name: LuaScript = LuaScript::new($file, include_str!(concat!("../../lua/", $file)));
+            pub static $name: LuaScript = LuaScript::new(
+                $file,
+                include_str!(concat!("../../lua/", $file)),
+                include_str!(concat!("../../lua/", $file)),
+            );
+        )+
+        $(
+            #[doc = concat!("`lua/", $dfile, "` (after `lua/lib/record.lua`)")]
+            pub static $dname: LuaScript = LuaScript::new(
+                $dfile,
+                include_str!(concat!("../../lua/", $dfile)),
+                concat!(include_str!("../../lua/lib/record.lua"), include_str!(concat!("../../lua/", $dfile))),
+            );
         )+
         /// Every script, for loading at start and for tests.
-        pub static ALL: &[&LuaScript] = &[$(&$name),+];
+        pub static ALL: &[&LuaScript] = &[$(&$name),+, $(&$dname),+];
     };
 }
 
 scripts! {
+    registry:
     REGISTRY_SNAPSHOT => "registry_snapshot.lua",
     REGISTRY_ADD_STORAGE => "registry_add_storage.lua",
     REGISTRY_UPDATE_STORAGE => "registry_update_storage.lua",
@@ -51,7 +67,13 @@ scripts! {
     REGISTRY_REGISTER_INSTANCE => "registry_register_instance.lua",
     REGISTRY_REMOVE_INSTANCE => "registry_remove_instance.lua",
     REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
-    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
+    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua";
+    data:
+    START_WRITE_CACHE => "start_write_cache.lua",
+    FINISH_WRITE_CACHE => "finish_write_cache.lua",
+    REMOVE_CACHE => "remove_cache.lua",
+    TRIM_ALL_CACHE => "trim_all_cache.lua",
+    TRIM_ALL_META => "trim_all_meta.lua",
 }
 
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).
@@ -90,9 +112,9 @@ mod tests {
     fn every_script_has_a_documented_header() {
         for lua in ALL {
             let name = lua.file.trim_end_matches(".lua");
-            assert!(lua.source.starts_with(&format!("-- {name}:")), "{} header must start with its name", lua.file);
+            assert!(lua.file_source.starts_with(&format!("-- {name}:")), "{} header must start with its name", lua.file);
             for section in ["KEYS[1]", "Reply:", "Example:"] {
-                assert!(lua.source.contains(section), "{} header lacks {section}", lua.file);
+                assert!(lua.file_source.contains(section), "{} header lacks {section}", lua.file);
             }
         }
     }

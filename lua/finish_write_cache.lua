@@ -1,0 +1,80 @@
+-- finish_write_cache: phase 2 of a write. The session's successful locations become serving
+-- (and count toward usage); failed ones are removed and queued for physical deletion.
+--
+-- KEYS[1] blocks    hash key -> block record
+-- KEYS[2] session   string: the session record (see start_write_cache.lua)
+-- KEYS[3] sessions  zset session id -> deadline
+-- KEYS[4] usage     hash b<storage>/n<storage> -> serving bytes/blocks
+-- KEYS[5] lru       zset leaf -> last access ms
+-- KEYS[6] lfu       zset leaf -> access count
+-- KEYS[7] itouch    zset interior block -> last access ms
+-- KEYS[8] del       stream of locations to delete physically
+-- ARGV[1] session id
+-- ARGV[2] success_blocks over the session's locations: "o<k>" (the first k succeeded) or
+--         "b<flags>" with one '1'/'0' per location
+--
+-- Reply: {1, successes} | {5, message} (unknown, finished or expired session; mask of the wrong
+--        length) — nothing changes on an error; an expired session is left to the expirer.
+-- Example: session 7 wrote B, C; ARGV[2] = "b10" -> B serving (usage +bytes, B a leaf, its
+--          parent no longer one), C's location removed and queued on `del`; reply {1, 1}.
+if #KEYS ~= 8 or #ARGV ~= 2 then return redis.error_reply('finish_write_cache: expected 8 keys, 2 args') end
+local sess = redis.call('GET', KEYS[2])
+if not sess then
+  return {5, "write session '" .. ARGV[1] .. "' is unknown, already finished or already expired"}
+end
+local seq, deadline, n = struct.unpack('<I4I4I4', sess)
+local now = now_ms()
+if now >= deadline * 1000 then
+  return {5, "write session '" .. ARGV[1] .. "' expired at unix time " .. deadline ..
+             "; its blocks were not stored (start a new write)"}
+end
+local mask, ok = ARGV[2], {}
+if mask:sub(1, 1) == 'o' then
+  local k = tonumber(mask:sub(2))
+  if not k or k < 0 or k > n then
+    return {5, 'success_blocks.offset ' .. mask:sub(2) .. ' is outside 0..=' .. n .. ' (the session has ' .. n .. ' locations)'}
+  end
+  for j = 1, n do ok[j] = j <= k end
+elseif mask:sub(1, 1) == 'b' then
+  if #mask - 1 ~= n then
+    return {5, 'success_blocks.bool_masks has ' .. (#mask - 1) .. ' values; the session has ' .. n ..
+               ' locations (success_blocks indexes the locations startWriteCache returned)'}
+  end
+  for j = 1, n do ok[j] = mask:sub(j + 1, j + 1) == '1' end
+else
+  return redis.error_reply('finish_write_cache: ARGV[2] must start with o or b')
+end
+
+local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
+local done = 0
+for j = 1, n do
+  local off = 13 + (j - 1) * 12
+  local key = sess:sub(off, off + 7)
+  local bytes = struct.unpack('<I4', sess, off + 8)
+  local rec = redis.call('HGET', K.blocks, key)
+  if rec then
+    for _, p in ipairs(locs(rec)) do
+      if loc_state(rec, p) == 'W' and loc_seq(rec, p) == seq then
+        if ok[j] then
+          rec = set_state(rec, p, 'S')
+          redis.call('HSET', K.blocks, key, rec)
+          usage_add(K, loc_storage(rec, p), bytes, 1)
+          link_serving(K, key, rec, now)
+          done = done + 1
+        else
+          queue_delete(K, key, loc_bytes(rec, p), 'write_failed')
+          rec = remove_loc(rec, p)
+          if #rec == HDR and rec_children(rec) == 0 then
+            redis.call('HDEL', K.blocks, key)
+          else
+            redis.call('HSET', K.blocks, key, rec)
+          end
+        end
+        break
+      end
+    end
+  end
+end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return {1, done}

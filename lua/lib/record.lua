@@ -1,0 +1,115 @@
+-- lib/record.lua: helpers shared by the data-plane scripts. core/src/scripts.rs prepends this
+-- file to each of them (Valkey scripts cannot import), so every script sees the same layout.
+--
+-- Block record (the value of one field of the instance's `blocks` hash; the field is the block
+-- key as 8 big-endian bytes):
+--   flags u8 (bit 0: has parent) | parent 8 bytes | children u16 LE | location*
+-- `children` counts the block's children that are serving; a serving block with none is a leaf.
+-- Location (14 bytes, or 26 when its block is packed into a shared file):
+--   state 1 byte ('W' writing, 'S' serving, 'D' deleting) | storage id u16 LE | spec group u8
+--   (0 = every spec, k = location_spec_groups[k-1]) | session seq u32 LE | written unix s u32 LE
+--   | blkid u16 LE (65535 = not packed) | [file first key 8 bytes | file member hash u32 LE]
+-- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> access count), `itouch`
+-- (interior block -> last access ms as the deepest block of a read).
+-- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks.
+local HDR = 11
+local NOT_PACKED = 65535
+
+local function rec_new(parent)
+  if parent then return '\1' .. parent .. '\0\0' end
+  return '\0\0\0\0\0\0\0\0\0\0\0'
+end
+local function rec_parent(rec)
+  if rec:byte(1) % 2 == 1 then return rec:sub(2, 9) end
+  return nil
+end
+local function rec_children(rec) return (struct.unpack('<I2', rec, 10)) end
+local function rec_set_children(rec, n) return rec:sub(1, 9) .. struct.pack('<I2', n) .. rec:sub(12) end
+local function loc_len(rec, p)
+  if struct.unpack('<I2', rec, p + 12) == NOT_PACKED then return 14 end
+  return 26
+end
+-- Start offsets of every location of a record.
+local function locs(rec)
+  local out, p = {}, HDR + 1
+  while p <= #rec do
+    out[#out + 1] = p
+    p = p + loc_len(rec, p)
+  end
+  return out
+end
+local function loc_state(rec, p) return rec:sub(p, p) end
+local function loc_storage(rec, p) return (struct.unpack('<I2', rec, p + 1)) end
+local function loc_group(rec, p) return rec:byte(p + 3) end
+local function loc_seq(rec, p) return (struct.unpack('<I4', rec, p + 4)) end
+local function loc_written(rec, p) return (struct.unpack('<I4', rec, p + 8)) end
+local function loc_bytes(rec, p) return rec:sub(p, p + loc_len(rec, p) - 1) end
+local function set_state(rec, p, s) return rec:sub(1, p - 1) .. s .. rec:sub(p + 1) end
+local function remove_loc(rec, p) return rec:sub(1, p - 1) .. rec:sub(p + loc_len(rec, p)) end
+local function has_state(rec, s)
+  for _, p in ipairs(locs(rec)) do
+    if loc_state(rec, p) == s then return true end
+  end
+  return false
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- K: {blocks, usage, lru, lfu, itouch, del} key names.
+local function usage_add(K, storage, bytes, blocks)
+  redis.call('HINCRBY', K.usage, 'b' .. storage, bytes)
+  redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
+end
+
+-- A block started serving: count it in its parent (which stops being a leaf) and, if it has
+-- no serving children itself, index it as a leaf.
+local function link_serving(K, key, rec, score)
+  local parent = rec_parent(rec)
+  if parent and parent ~= key then
+    local prec = redis.call('HGET', K.blocks, parent)
+    if prec then
+      local c = rec_children(prec) + 1
+      redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
+      if c == 1 then
+        redis.call('ZREM', K.lru, parent)
+        redis.call('ZREM', K.lfu, parent)
+      end
+    end
+  end
+  if rec_children(rec) == 0 then
+    redis.call('ZADD', K.lru, score, key)
+    redis.call('ZADD', K.lfu, 'NX', 1, key)
+  end
+end
+
+-- A block stopped serving: drop it from the indexes; its parent loses a child and, when that
+-- was its last and the parent is serving, becomes a leaf that inherits the newer of the
+-- child's recency and its own interior touch.
+local function unlink_serving(K, key, rec)
+  local score = tonumber(redis.call('ZSCORE', K.lru, key) or redis.call('ZSCORE', K.itouch, key) or '0')
+  local freq = tonumber(redis.call('ZSCORE', K.lfu, key) or '1')
+  redis.call('ZREM', K.lru, key)
+  redis.call('ZREM', K.lfu, key)
+  redis.call('ZREM', K.itouch, key)
+  local parent = rec_parent(rec)
+  if not parent or parent == key then return end
+  local prec = redis.call('HGET', K.blocks, parent)
+  if not prec then return end
+  local c = rec_children(prec)
+  if c > 0 then c = c - 1 end
+  redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
+  if c == 0 and has_state(prec, 'S') then
+    local own = tonumber(redis.call('ZSCORE', K.itouch, parent) or '0')
+    if own > score then score = own end
+    redis.call('ZADD', K.lru, score, parent)
+    redis.call('ZADD', K.lfu, 'NX', freq, parent)
+    redis.call('ZREM', K.itouch, parent)
+  end
+end
+
+-- Queues a location for physical deletion (the deleter removes its metadata afterwards).
+local function queue_delete(K, key, loc, reason)
+  redis.call('XADD', K.del, '*', 'k', key, 'l', loc, 'r', reason)
+end

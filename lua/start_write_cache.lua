@@ -1,0 +1,99 @@
+-- start_write_cache: phase 1 of a write. Atomically finds which keys are present (a location in
+-- any state but deleting) and creates one `writing` location for every other key, owned by a
+-- new write session that must be finished before its deadline.
+--
+-- KEYS[1] blocks    hash key(8 bytes) -> block record (lib/record.lua)
+-- KEYS[2] session   string: the new session's record (must not exist)
+-- KEYS[3] sessions  zset session id -> deadline (unix s), for the expirer
+-- KEYS[4] seq       string counter of session numbers
+-- KEYS[5] files     hash packed file id (first key .. member hash) -> blocks written into it
+-- ARGV[1] session id (the member of `sessions`)
+-- ARGV[2] timeout, seconds (> 0)
+-- ARGV[3] storage id (1..65535) for the new locations
+-- ARGV[4] key_count_per_file (>= 1): new blocks are packed this many to a file
+-- ARGV[5] spec groups: "" (every block has every spec) or one byte per key (0 = every spec,
+--         k = location_spec_groups[k-1])
+-- ARGV[6] bytes per spec group, comma separated, index 0 = every spec ("8192,4096")
+-- ARGV[7..] block keys, 8 bytes each, in request order; key i's parent is key i-1
+--
+-- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
+--        location bytes of the j-th non-present key. | {5, message}
+-- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32).
+-- Example: blocks = {A: serving}; keys = {A, B, C}, K = 1
+--   -> blocks = {A: serving, B: W seq 7, C: W seq 7}, reply {1, "100", locB, locC};
+--   a second writer of {A, B} now gets {1, "11"} and no locations.
+local nk = #ARGV - 6
+if #KEYS ~= 5 or nk < 1 then return redis.error_reply('start_write_cache: expected 5 keys and >= 7 args') end
+local timeout, storage, per_file = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local groups = ARGV[5]
+if not timeout or timeout <= 0 then return {5, 'write timeout must be positive'} end
+if not storage or storage < 1 or storage > 65535 then return {5, 'bad storage id'} end
+if not per_file or per_file < 1 or per_file > 65534 then return {5, 'bad key_count_per_file'} end
+if groups ~= '' and #groups ~= nk then return {5, 'spec groups must have one byte per key'} end
+local sizes = {}
+for s in string.gmatch(ARGV[6], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
+for i = 1, nk do
+  local k = ARGV[6 + i]
+  if #k ~= 8 then return {5, 'block key ' .. i .. ' is not 8 bytes'} end
+  local g = 0
+  if groups ~= '' then g = groups:byte(i) end
+  if not sizes[g + 1] then return {5, 'no size for spec group ' .. g} end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {5, 'session id collision; retry'} end
+
+local now = tonumber(redis.call('TIME')[1])
+local present, seen, new = {}, {}, {}
+for i = 1, nk do
+  local k = ARGV[6 + i]
+  local p = false
+  if seen[k] then
+    p = true
+  else
+    seen[k] = true
+    local rec = redis.call('HGET', KEYS[1], k)
+    if rec and (has_state(rec, 'W') or has_state(rec, 'S')) then p = true end
+  end
+  present[i] = p and '1' or '0'
+  if not p then new[#new + 1] = i end
+end
+
+local seq = redis.call('INCR', KEYS[4]) % 4294967296
+local deadline = now + timeout
+local reply = {1, table.concat(present)}
+local sess = {struct.pack('<I4I4I4', seq, deadline, #new)}
+local f = 0
+while f * per_file < #new do
+  local first, last = f * per_file + 1, math.min((f + 1) * per_file, #new)
+  local members, file_first, file_hash = {}, nil, nil
+  if per_file > 1 then
+    for j = first, last do members[#members + 1] = ARGV[6 + new[j]] end
+    file_first = members[1]
+    file_hash = tonumber(redis.sha1hex(table.concat(members)):sub(1, 8), 16)
+    redis.call('HSET', KEYS[5], file_first .. struct.pack('<I4', file_hash), last - first + 1)
+  end
+  for j = first, last do
+    local i = new[j]
+    local k = ARGV[6 + i]
+    local g = 0
+    if groups ~= '' then g = groups:byte(i) end
+    local loc = 'W' .. struct.pack('<I2', storage) .. string.char(g) .. struct.pack('<I4I4', seq, now)
+    if per_file > 1 then
+      loc = loc .. struct.pack('<I2', j - first) .. file_first .. struct.pack('<I4', file_hash)
+    else
+      loc = loc .. struct.pack('<I2', NOT_PACKED)
+    end
+    local rec = redis.call('HGET', KEYS[1], k)
+    if not rec then
+      local parent = nil
+      if i > 1 then parent = ARGV[5 + i] end
+      rec = rec_new(parent)
+    end
+    redis.call('HSET', KEYS[1], k, rec .. loc)
+    reply[#reply + 1] = loc
+    sess[#sess + 1] = k .. struct.pack('<I4', sizes[g + 1])
+  end
+  f = f + 1
+end
+redis.call('SET', KEYS[2], table.concat(sess))
+redis.call('ZADD', KEYS[3], deadline, ARGV[1])
+return reply

@@ -1,0 +1,23 @@
+-- trim_all_cache: TS_REMOVE_ALL_CACHE in O(1). The whole `blocks` hash is renamed to a trash
+-- key and one entry naming it is queued on the deletion stream in the same step, so every block
+-- vanishes from reads at once and none is lost: the deleter expands the trash entry and deletes
+-- every location in it. Usage and eviction indexes are reset.
+--
+-- KEYS[1] blocks  hash key -> block record
+-- KEYS[2] trash   a new, unused key (same hash tag) that receives the blocks
+-- KEYS[3] usage   KEYS[4] lru   KEYS[5] lfu   KEYS[6] itouch
+-- KEYS[7] del     stream of locations to delete physically
+-- ARGV    none
+--
+-- Reply: {1, blocks trashed} | {5, message} (trash key exists)
+-- Example: blocks = {A, B} -> trash = {A, B}, blocks/usage/lru/lfu/itouch gone,
+--          del += {trash = <KEYS[2]>, r = trim_all}; reply {1, 2}.
+if #KEYS ~= 7 or #ARGV ~= 0 then return redis.error_reply('trim_all_cache: expected 7 keys, 0 args') end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {5, 'trash key exists; retry'} end
+local n = redis.call('HLEN', KEYS[1])
+if n > 0 then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('XADD', KEYS[7], '*', 'trash', KEYS[2], 'r', 'trim_all')
+end
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return {1, n}
