@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod event_log;
 pub mod meta;
 pub mod metrics;
 pub mod reply;
@@ -70,8 +71,25 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         meta_port: meta_addr.port(),
         admin_port: admin_addr.port(),
     };
+    let metrics = Metrics::new(config.access_log);
+    let events = if config.event_log_path.is_empty() {
+        None
+    } else {
+        Some(
+            event_log::EventLog::open(
+                &config.event_log_path,
+                config.event_log_max_bytes,
+                config.event_log_max_files,
+                metrics.event_log_dropped.clone(),
+            )
+            .with_context(|| format!("cannot open event_log_path {}", config.event_log_path))?,
+        )
+    };
+    let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits());
     let state = AppState {
-        metrics: Metrics::new(config.access_log),
+        metrics,
+        data,
+        events,
         config: Arc::new(config),
         registry,
         conn,

@@ -21,6 +21,12 @@ pub struct Metrics {
     requests: IntCounterVec,
     latency: HistogramVec,
     access_log: bool,
+    blocks_requested: IntCounterVec,
+    blocks_hit: IntCounterVec,
+    blocks_written: IntCounterVec,
+    prefix_len: HistogramVec,
+    data_ops: HistogramVec,
+    pub event_log_dropped: prometheus::IntCounter,
 }
 
 impl Metrics {
@@ -40,9 +46,88 @@ impl Metrics {
             &["plane", "route"],
         )
         .expect("valid metric");
-        registry.register(Box::new(requests.clone())).expect("unique metric");
-        registry.register(Box::new(latency.clone())).expect("unique metric");
-        Arc::new(Metrics { registry, requests, latency, access_log })
+        let blocks_requested = IntCounterVec::new(
+            Opts::new("kvcm_blocks_requested_total", "Blocks named by getCacheLocation, per instance"),
+            &["instance"],
+        )
+        .expect("valid metric");
+        let blocks_hit = IntCounterVec::new(
+            Opts::new("kvcm_blocks_hit_total", "Blocks of getCacheLocation that had a serving location, per instance"),
+            &["instance"],
+        )
+        .expect("valid metric");
+        let blocks_written = IntCounterVec::new(
+            Opts::new(
+                "kvcm_blocks_write_started_total",
+                "New writing locations handed out by startWriteCache, per instance",
+            ),
+            &["instance"],
+        )
+        .expect("valid metric");
+        let prefix_len = HistogramVec::new(
+            HistogramOpts::new(
+                "kvcm_match_length_blocks",
+                "Blocks matched per getCacheLocation (prefix length or window)",
+            )
+            .buckets(vec![0.0, 1.0, 4.0, 16.0, 64.0, 128.0, 256.0, 1024.0, 4096.0]),
+            &["instance"],
+        )
+        .expect("valid metric");
+        let data_ops = HistogramVec::new(
+            HistogramOpts::new(
+                "kvcm_valkey_op_duration_seconds",
+                "Latency of data-plane Valkey operations, per script",
+            )
+            .buckets(vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25]),
+            &["op"],
+        )
+        .expect("valid metric");
+        let event_log_dropped = prometheus::IntCounter::new(
+            "kvcm_event_log_dropped_total",
+            "Events dropped because the event log fell behind",
+        )
+        .expect("valid metric");
+        for m in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(latency.clone()),
+            Box::new(blocks_requested.clone()),
+            Box::new(blocks_hit.clone()),
+            Box::new(blocks_written.clone()),
+            Box::new(prefix_len.clone()),
+            Box::new(data_ops.clone()),
+            Box::new(event_log_dropped.clone()),
+        ] {
+            registry.register(m).expect("unique metric");
+        }
+        Arc::new(Metrics {
+            registry,
+            requests,
+            latency,
+            access_log,
+            blocks_requested,
+            blocks_hit,
+            blocks_written,
+            prefix_len,
+            data_ops,
+            event_log_dropped,
+        })
+    }
+
+    /// Records one lookup of an instance.
+    pub fn lookup(&self, instance: &str, requested: usize, hits: usize, matched: usize) {
+        self.blocks_requested.with_label_values(&[instance]).inc_by(requested as u64);
+        self.blocks_hit.with_label_values(&[instance]).inc_by(hits as u64);
+        self.prefix_len.with_label_values(&[instance]).observe(matched as f64);
+    }
+
+    /// Records new writing locations of an instance.
+    pub fn written(&self, instance: &str, n: usize) {
+        self.blocks_written.with_label_values(&[instance]).inc_by(n as u64);
+    }
+
+    /// Records the latency of one data-plane Valkey operation.
+    pub fn data_op(&self, op: &str, elapsed: std::time::Duration) {
+        self.data_ops.with_label_values(&[op]).observe(elapsed.as_secs_f64());
     }
 
     /// Prometheus text exposition of every metric.

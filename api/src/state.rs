@@ -2,9 +2,11 @@
 //! and this node's identity. Cheap to clone (everything behind `Arc`s or already a handle).
 
 use crate::auth::AuthCache;
+use crate::event_log::EventLog;
 use crate::metrics::Metrics;
 use kvcm_core::config::Config;
 use kvcm_core::registry::Registry;
+use kvcm_core::store::DataPlane;
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
 
@@ -16,6 +18,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub auth: Arc<AuthCache>,
     pub node: Arc<Node>,
+    pub data: DataPlane,
+    pub events: Option<EventLog>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -35,6 +35,13 @@ pub struct Config {
     pub startup_config: String,
     pub meta_auth: bool,
     pub node_id: String,
+    pub max_keys_per_request: usize,
+    pub write_timeout_default_s: u32,
+    pub write_timeout_max_s: u32,
+    pub usage_cache_ms: u64,
+    pub event_log_path: String,
+    pub event_log_max_bytes: u64,
+    pub event_log_max_files: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -126,10 +133,29 @@ impl Config {
         if self.registry_refresh_ms == 0 {
             return bad("registry_refresh_ms", "must be positive");
         }
+        if self.max_keys_per_request == 0 || self.max_keys_per_request > 1_000_000 {
+            return bad("max_keys_per_request", "must be within 1..=1000000");
+        }
+        if self.write_timeout_default_s == 0 || self.write_timeout_default_s > self.write_timeout_max_s {
+            return bad("write_timeout_default_s", "must be within 1..=write_timeout_max_s");
+        }
+        if self.event_log_max_bytes < 4096 {
+            return bad("event_log_max_bytes", "must be at least 4096");
+        }
         if !self.startup_config.is_empty() && !Path::new(&self.startup_config).is_file() {
             return bad("startup_config", &format!("file {} does not exist", self.startup_config));
         }
         Ok(())
+    }
+
+    /// The data plane's limits.
+    pub fn limits(&self) -> crate::store::Limits {
+        crate::store::Limits {
+            max_keys_per_request: self.max_keys_per_request,
+            write_timeout_default_s: self.write_timeout_default_s,
+            write_timeout_max_s: self.write_timeout_max_s,
+            usage_cache_ms: self.usage_cache_ms,
+        }
     }
 
     /// The seed node URLs of `valkey_url`.

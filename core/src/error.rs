@@ -22,6 +22,12 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<redis::ParsingError> for Error {
+    fn from(e: redis::ParsingError) -> Self {
+        Error::Internal(format!("unexpected Valkey reply: {e}"))
+    }
+}
+
 impl Error {
     pub fn status(code: StatusCode, message: impl Into<String>) -> Self {
         Error::Status { code, message: message.into() }

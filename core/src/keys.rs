@@ -121,7 +121,17 @@ impl InstanceKeys {
 
     /// Every fixed key (for slot checks).
     pub fn all(&self) -> Vec<&str> {
-        vec![&self.blocks, &self.usage, &self.lru, &self.lfu, &self.itouch, &self.del, &self.sessions, &self.seq, &self.files]
+        vec![
+            &self.blocks,
+            &self.usage,
+            &self.lru,
+            &self.lfu,
+            &self.itouch,
+            &self.del,
+            &self.sessions,
+            &self.seq,
+            &self.files,
+        ]
     }
 }
 

@@ -7,10 +7,10 @@
 pub mod auth;
 pub mod backend;
 pub mod block_key;
-pub mod mask;
 pub mod config;
 pub mod error;
 pub mod keys;
+pub mod mask;
 pub mod registry;
 pub mod scripts;
 pub mod store;

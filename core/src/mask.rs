@@ -66,10 +66,19 @@ mod tests {
     fn both_forms_parse_and_malformed_masks_are_refused() {
         assert_eq!(BlockMask::parse("m", None, 3).unwrap(), BlockMask::Offset(0));
         assert_eq!(BlockMask::parse("m", Some(&wire(Some(3), None)), 3).unwrap(), BlockMask::Offset(3));
-        assert!(BlockMask::parse("m", Some(&wire(Some(4), None)), 3).unwrap_err().to_string().contains("outside 0..=3"));
+        assert!(
+            BlockMask::parse("m", Some(&wire(Some(4), None)), 3).unwrap_err().to_string().contains("outside 0..=3")
+        );
         assert!(BlockMask::parse("m", Some(&wire(Some(-1), None)), 3).is_err());
-        assert!(BlockMask::parse("m", Some(&wire(None, Some(vec![true]))), 3).unwrap_err().to_string().contains("1 values for 3"));
-        assert!(BlockMask::parse("m", Some(&wire(Some(1), Some(vec![true]))), 1).unwrap_err().to_string().contains("both"));
+        assert!(
+            BlockMask::parse("m", Some(&wire(None, Some(vec![true]))), 3)
+                .unwrap_err()
+                .to_string()
+                .contains("1 values for 3")
+        );
+        assert!(
+            BlockMask::parse("m", Some(&wire(Some(1), Some(vec![true]))), 1).unwrap_err().to_string().contains("both")
+        );
         let m = BlockMask::parse("m", Some(&wire(None, Some(vec![false, true, false]))), 3).unwrap();
         assert_eq!((m.contains(0), m.contains(1), m.contains(2)), (false, true, false));
     }

@@ -112,7 +112,11 @@ mod tests {
     fn every_script_has_a_documented_header() {
         for lua in ALL {
             let name = lua.file.trim_end_matches(".lua");
-            assert!(lua.file_source.starts_with(&format!("-- {name}:")), "{} header must start with its name", lua.file);
+            assert!(
+                lua.file_source.starts_with(&format!("-- {name}:")),
+                "{} header must start with its name",
+                lua.file
+            );
             for section in ["KEYS[1]", "Reply:", "Example:"] {
                 assert!(lua.file_source.contains(section), "{} header lacks {section}", lua.file);
             }

@@ -11,8 +11,24 @@ pub async fn register(State(s): State<AppState>, WireJson(req): WireJson<Registe
     Reply(s.registry.register_instance(&req).await.map(|_| Empty {}))
 }
 
+/// Trims the instance's cache (queueing every block for deletion) before removing it from the
+/// registry: a crash in between leaves a registered instance with an empty cache, never
+/// unregistered blocks nobody would delete.
 pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<RemoveInstanceRequest>) -> Reply<Empty> {
-    Reply(s.registry.remove_instance(&req.instance_id, &req.instance_group).await.map(|_| Empty {}))
+    Reply(
+        async {
+            let (_, inst) = crate::meta::cache::instance(&s, &req.instance_id).await?;
+            if !req.instance_group.is_empty() && req.instance_group != inst.instance_group_name {
+                return Err(kvcm_core::Error::invalid(format!(
+                    "instance '{}' belongs to instance group '{}', not '{}'",
+                    inst.instance_id, inst.instance_group_name, req.instance_group
+                )));
+            }
+            s.data.trim_cache(&inst, kvcm_core::store::trim_cache::TrimStrategy::TS_REMOVE_ALL_CACHE, 0, 0).await?;
+            s.registry.remove_instance(&req.instance_id, &req.instance_group).await.map(|_| Empty {})
+        }
+        .await,
+    )
 }
 
 pub async fn get(

@@ -33,6 +33,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/removeInstance", post(instance::remove))
         .route("/api/getInstanceInfo", post(instance::get))
         .route("/api/listInstanceInfo", post(instance::list))
+        .route("/api/getCacheMeta", post(crate::meta::cache::get_cache_meta))
+        .route("/api/removeCache", post(crate::meta::cache::remove_cache))
         .route("/api/addAccount", post(account::add))
         .route("/api/deleteAccount", post(account::delete))
         .route("/api/listAccount", post(account::list))

@@ -78,7 +78,15 @@ impl Backend {
     }
 
     /// The URI of one spec of a block.
-    pub fn uri(&self, storage: &str, instance: &str, spec: &str, size: i64, key: i64, loc: &Location) -> Option<String> {
+    pub fn uri(
+        &self,
+        storage: &str,
+        instance: &str,
+        spec: &str,
+        size: i64,
+        key: i64,
+        loc: &Location,
+    ) -> Option<String> {
         let query = match loc.packed {
             Some(p) => format!("blkid={}&size={size}", p.blkid),
             None => format!("size={size}"),
@@ -86,7 +94,9 @@ impl Backend {
         match self {
             Backend::File { .. } => Some(format!("file://{storage}{}?{query}", self.path(instance, spec, key, loc)?)),
             Backend::Hf3fs { .. } => Some(format!("hf3fs://{storage}{}?{query}", self.path(instance, spec, key, loc)?)),
-            Backend::Mooncake => Some(format!("mooncake://{storage}/?key={instance}/{spec}/{:016x}&size={size}", key as u64)),
+            Backend::Mooncake => {
+                Some(format!("mooncake://{storage}/?key={instance}/{spec}/{:016x}&size={size}", key as u64))
+            }
             Backend::Unsupported => None,
         }
     }
@@ -191,7 +201,10 @@ mod tests {
         let packed = Packed { blkid: 3, file_first: -1, file_hash: 0xabc };
         let l = cache_location(&cfg, &instance(), 7, &loc(Some(packed), 0), &["tp1".into()]).unwrap();
         assert_eq!(l.spec_size, 1);
-        assert_eq!(l.location_specs[0].uri, "file://nfs_01/mnt/kv/inst/tp1/ffffffffffffffff_00000abc?blkid=3&size=2048");
+        assert_eq!(
+            l.location_specs[0].uri,
+            "file://nfs_01/mnt/kv/inst/tp1/ffffffffffffffff_00000abc?blkid=3&size=2048"
+        );
         let grouped = cache_location(&cfg, &instance(), 7, &loc(None, 1), &[]).unwrap();
         assert_eq!(grouped.location_specs.len(), 1);
         assert_eq!(grouped.location_specs[0].name, "tp1");
@@ -202,7 +215,11 @@ mod tests {
     fn hf3fs_and_mooncake_uris() {
         let cfg = StorageConfig {
             global_unique_name: "3fs".into(),
-            threefs: Some(ThreeFsStorageSpec { mountpoint: "/3fs/".into(), root_dir: "kv/".into(), ..Default::default() }),
+            threefs: Some(ThreeFsStorageSpec {
+                mountpoint: "/3fs/".into(),
+                root_dir: "kv/".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let l = cache_location(&cfg, &instance(), -2, &loc(None, 0), &[]).unwrap();

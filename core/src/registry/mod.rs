@@ -204,8 +204,8 @@ impl Registry {
             &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq],
             &[&cfg.global_unique_name, &json],
         )
-            .await
-            .map(drop)
+        .await
+        .map(drop)
     }
 
     /// Replaces a storage's config. Changing where its blocks live (type, root path, mount

@@ -1,7 +1,113 @@
 //! The data plane over Valkey (DESIGN §2.2–2.3, §3): one module per RPC, each a thin typed
-//! wrapper around one Lua script (or, for reads, one HMGET), plus the compact record codec.
+//! wrapper around one Lua script (reads: one HMGET), plus the compact record codec.
 //!
-//! Every function takes validated domain input (instance info from the registry, parsed keys
-//! and masks); errors are [`crate::Error`]s with messages for the caller.
+//! Every function takes validated domain input (instance info from the registry snapshot,
+//! parsed keys and masks); errors are [`crate::Error`]s with messages for the caller. All keys
+//! of one call share the instance's hash tag, so each call is one slot and atomic.
+//!
+//! **Reads** are a plain HMGET of the requested blocks, atomic by itself: Valkey does little
+//! more than look the fields up, which is what keeps the hottest path cheap. The recency and
+//! frequency bookkeeping that eviction needs is one follow-up write for the deepest block hit,
+//! whatever the number of blocks (`ZADD … XX`, so it can never resurrect an evicted block).
 
+pub mod finish_write_cache;
+pub mod get_cache_location;
+pub mod get_cache_meta;
 pub mod record;
+pub mod remove_cache;
+pub mod start_write_cache;
+pub mod trim_cache;
+pub mod usage;
+
+use crate::error::{Error, Result};
+use crate::keys::{InstanceKeys, block_field};
+use crate::registry::Snapshot;
+use crate::scripts::LuaScript;
+use crate::wire::admin::StorageConfig;
+use redis::cluster_async::ClusterConnection;
+use std::sync::Arc;
+
+/// Limits that protect Valkey and the frontends from oversized requests.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_keys_per_request: usize,
+    pub write_timeout_default_s: u32,
+    pub write_timeout_max_s: u32,
+    pub usage_cache_ms: u64,
+}
+
+/// The data plane client (cheap to clone).
+#[derive(Clone)]
+pub struct DataPlane {
+    conn: ClusterConnection,
+    namespace: Arc<str>,
+    pub limits: Limits,
+    usage: Arc<usage::UsageCache>,
+}
+
+impl std::fmt::Debug for DataPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPlane").field("namespace", &self.namespace).finish()
+    }
+}
+
+impl DataPlane {
+    pub fn new(conn: ClusterConnection, namespace: &str, limits: Limits) -> DataPlane {
+        let usage = Arc::new(usage::UsageCache::new(limits.usage_cache_ms));
+        DataPlane { conn, namespace: namespace.into(), limits, usage }
+    }
+
+    pub fn keys(&self, instance_id: &str) -> InstanceKeys {
+        InstanceKeys::new(&self.namespace, instance_id)
+    }
+
+    fn conn(&self) -> ClusterConnection {
+        self.conn.clone()
+    }
+
+    /// HMGET of the given blocks' records.
+    async fn records(&self, keys: &InstanceKeys, blocks: &[i64]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&keys.blocks);
+        for b in blocks {
+            cmd.arg(&block_field(*b)[..]);
+        }
+        Ok(cmd.query_async(&mut self.conn()).await?)
+    }
+
+    /// Runs a data-plane script whose reply starts with a status code; returns the rest.
+    async fn run(&self, script: &LuaScript, keys: &[&str], args: &[&[u8]]) -> Result<Vec<redis::Value>> {
+        let mut inv = script.script().prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut reply: Vec<redis::Value> = inv.invoke_async(&mut self.conn()).await?;
+        if reply.is_empty() {
+            return Err(Error::internal(format!("{}: empty reply", script.file)));
+        }
+        let code: i64 = redis::from_redis_value(reply.remove(0))?;
+        if code == 1 {
+            return Ok(reply);
+        }
+        let message: String = reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
+        crate::scripts::status_reply((code, message)).map(|_| Vec::new())
+    }
+}
+
+/// The first value of a script reply (after the status), or the default when absent.
+pub(crate) fn first<T: redis::FromRedisValue + Default>(reply: Vec<redis::Value>) -> Result<T> {
+    Ok(reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default())
+}
+
+/// The storage a record's storage id names, if it still exists.
+pub fn storage_of<'a>(snap: &'a Snapshot, id: u16) -> Option<&'a StorageConfig> {
+    snap.storage_names.get(&id).and_then(|n| snap.storages.get(n))
+}
+
+/// Current time in milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}

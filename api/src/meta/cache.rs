@@ -1,0 +1,149 @@
+//! Cache RPCs of the meta plane: getCacheLocation, getCacheMeta, startWriteCache,
+//! finishWriteCache, removeCache, trimCache. Each handler validates every field (instance,
+//! keys, masks, sizes) before anything touches Valkey, calls one data-plane function, records
+//! metrics and the event log.
+
+use crate::event_log::now_us;
+use crate::reply::{Reply, WireJson};
+use crate::state::AppState;
+use axum::extract::State;
+use kvcm_core::block_key::request_keys;
+use kvcm_core::error::Result;
+use kvcm_core::mask::BlockMask;
+use kvcm_core::registry::Snapshot;
+use kvcm_core::registry::validate;
+use kvcm_core::wire::meta::*;
+use kvcm_core::wire::{Empty, InstanceInfo};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The instance a request names, with the snapshot it was found in.
+pub async fn instance(s: &AppState, id: &str) -> Result<(Arc<Snapshot>, Arc<InstanceInfo>)> {
+    validate::instance_id(id)?;
+    let inst = s.registry.instance(id).await?;
+    Ok((s.registry.snapshot(), inst))
+}
+
+fn keys(s: &AppState, inst: &InstanceInfo, block_keys: &[i64], token_ids: &[i64]) -> Result<Vec<i64>> {
+    request_keys(block_keys, token_ids, inst.block_size, s.config.max_keys_per_request)
+}
+
+pub async fn get_cache_location(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<GetCacheLocationRequest>,
+) -> Reply<LocationsResponse> {
+    Reply(
+        async {
+            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            let t = Instant::now();
+            let (locations, stats) = s
+                .data
+                .get_cache_location(&snap, &inst, req.query_type, &blocks, &mask, req.sw_size, &req.location_spec_names)
+                .await?;
+            s.metrics.data_op("hmget_blocks", t.elapsed());
+            s.metrics.lookup(&inst.instance_id, stats.requested, stats.hits, stats.matched);
+            if let Some(log) = &s.events {
+                log.emit(json!({"source": inst.instance_id, "type": "getCacheLocation", "trigger_time_us": now_us(),
+                    "query_type": req.query_type.name(), "keys": blocks, "block_mask": mask.to_wire(),
+                    "sw_size": req.sw_size, "write_session_id": "", "success_blocks": null}));
+            }
+            Ok(LocationsResponse { locations })
+        }
+        .await,
+    )
+}
+
+pub async fn get_cache_meta(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<GetCacheMetaRequest>,
+) -> Reply<GetCacheMetaResponse> {
+    Reply(
+        async {
+            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            let (locations, metas) = s.data.get_cache_meta(&snap, &inst, &blocks, &mask, req.detail_level).await?;
+            Ok(GetCacheMetaResponse { locations, metas })
+        }
+        .await,
+    )
+}
+
+pub async fn start_write_cache(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<StartWriteCacheRequest>,
+) -> Reply<StartWriteCacheResponse> {
+    Reply(
+        async {
+            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            let t = Instant::now();
+            let w = s
+                .data
+                .start_write_cache(&snap, &inst, &blocks, &req.location_spec_group_names, req.write_timeout_seconds)
+                .await?;
+            s.metrics.data_op("start_write_cache", t.elapsed());
+            s.metrics.written(&inst.instance_id, w.locations.len());
+            let block_mask = w.mask.to_wire();
+            if let Some(log) = &s.events {
+                log.emit(json!({"source": inst.instance_id, "type": "startWriteCache", "trigger_time_us": now_us(),
+                    "query_type": "", "keys": blocks, "block_mask": block_mask, "sw_size": 0,
+                    "write_session_id": w.session_id, "success_blocks": null}));
+            }
+            Ok(StartWriteCacheResponse { write_session_id: w.session_id, block_mask, locations: w.locations })
+        }
+        .await,
+    )
+}
+
+pub async fn finish_write_cache(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<FinishWriteCacheRequest>,
+) -> Reply<Empty> {
+    Reply(
+        async {
+            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let t = Instant::now();
+            s.data.finish_write_cache(&inst.instance_id, &req.write_session_id, req.success_blocks.as_ref()).await?;
+            s.metrics.data_op("finish_write_cache", t.elapsed());
+            if let Some(log) = &s.events {
+                log.emit(json!({"source": inst.instance_id, "type": "finishWriteCache", "trigger_time_us": now_us(),
+                    "query_type": "", "keys": [], "block_mask": null, "sw_size": 0,
+                    "write_session_id": req.write_session_id, "success_blocks": req.success_blocks}));
+            }
+            Ok(Empty {})
+        }
+        .await,
+    )
+}
+
+pub async fn remove_cache(State(s): State<AppState>, WireJson(req): WireJson<RemoveCacheRequest>) -> Reply<Empty> {
+    Reply(
+        async {
+            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            let t = Instant::now();
+            s.data.remove_cache(&inst, &blocks, &mask).await?;
+            s.metrics.data_op("remove_cache", t.elapsed());
+            Ok(Empty {})
+        }
+        .await,
+    )
+}
+
+pub async fn trim_cache(State(s): State<AppState>, WireJson(req): WireJson<TrimCacheRequest>) -> Reply<Empty> {
+    Reply(
+        async {
+            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let t = Instant::now();
+            s.data.trim_cache(&inst, req.strategy, req.begin_timestamp, req.end_timestamp).await?;
+            s.metrics.data_op("trim_cache", t.elapsed());
+            Ok(Empty {})
+        }
+        .await,
+    )
+}

@@ -1,0 +1,235 @@
+//! getCacheLocation: prefix match, batch get and reverse-rolling sliding-window match over one
+//! HMGET, then one recency/frequency update for the deepest block hit.
+
+use super::record::serving_view;
+use super::{DataPlane, now_ms, storage_of};
+use crate::backend;
+use crate::error::{Error, Result};
+use crate::keys::block_field;
+use crate::mask::BlockMask;
+use crate::registry::Snapshot;
+use crate::wire::{CacheLocation, InstanceInfo};
+
+crate::wire_enum! {
+    pub enum QueryType { QT_UNSPECIFIED = 0, QT_BATCH_GET = 1, QT_PREFIX_MATCH = 2, QT_REVERSE_ROLL_SW_MATCH = 3 }
+}
+
+/// What a lookup found, for metrics and the event log.
+#[derive(Debug, Clone, Default)]
+pub struct MatchStats {
+    pub requested: usize,
+    pub hits: usize,
+    /// Prefix match length (QT_PREFIX_MATCH), window hits otherwise.
+    pub matched: usize,
+}
+
+/// Which indices a query returns as real locations, given which keys are hits.
+pub fn select(query: QueryType, hits: &[bool], mask: &BlockMask, sw_size: i32) -> Result<Selection> {
+    let n = hits.len();
+    match query {
+        QueryType::QT_PREFIX_MATCH => {
+            let mut out = Vec::new();
+            for (i, hit) in hits.iter().enumerate() {
+                if mask.contains(i) {
+                    continue;
+                }
+                if !hit {
+                    break;
+                }
+                out.push(i);
+            }
+            Ok(Selection::Prefix(out))
+        }
+        QueryType::QT_BATCH_GET => Ok(Selection::Each),
+        QueryType::QT_REVERSE_ROLL_SW_MATCH => {
+            if sw_size < 1 || sw_size as usize > n {
+                return Err(Error::invalid(format!(
+                    "sw_size must be within 1..={n} (the number of blocks) for QT_REVERSE_ROLL_SW_MATCH, got {sw_size}"
+                )));
+            }
+            let sw = sw_size as usize;
+            let mut end = n; // exclusive
+            while end >= sw {
+                let start = end - sw;
+                match (start..end).rev().find(|&i| !hits[i]) {
+                    None => return Ok(Selection::Window(start, end)),
+                    Some(miss) => end = miss,
+                }
+            }
+            Ok(Selection::Window(0, 0))
+        }
+        QueryType::QT_UNSPECIFIED => {
+            Err(Error::invalid("query_type is required: QT_PREFIX_MATCH, QT_BATCH_GET or QT_REVERSE_ROLL_SW_MATCH"))
+        }
+    }
+}
+
+/// The indices a query returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Only these indices, in order, no placeholders.
+    Prefix(Vec<usize>),
+    /// One entry per key; hits real, misses placeholders.
+    Each,
+    /// One entry per key; real inside `[start, end)`, placeholders elsewhere.
+    Window(usize, usize),
+}
+
+impl DataPlane {
+    #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
+    pub async fn get_cache_location(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        query: QueryType,
+        blocks: &[i64],
+        mask: &BlockMask,
+        sw_size: i32,
+        spec_filter: &[String],
+    ) -> Result<(Vec<CacheLocation>, MatchStats)> {
+        if query == QueryType::QT_UNSPECIFIED {
+            select(query, &[], mask, sw_size)?;
+        }
+        if query == QueryType::QT_REVERSE_ROLL_SW_MATCH && (sw_size < 1 || sw_size as usize > blocks.len()) {
+            select(query, &vec![false; blocks.len()], mask, sw_size)?;
+        }
+        let keys = self.keys(&inst.instance_id);
+        let records = self.records(&keys, blocks).await?;
+        let usable = |id: u16| storage_of(snap, id).is_some_and(|s| s.is_available);
+        let mut hits = Vec::with_capacity(records.len());
+        let mut views = Vec::with_capacity(records.len());
+        for r in &records {
+            let view = r.as_deref().and_then(serving_view).filter(|(l, _)| storage_of(snap, l.storage).is_some());
+            // Prefer an available storage when a block has several serving locations.
+            let view = match (view, r.as_deref()) {
+                (Some((l, c)), Some(bytes)) if !usable(l.storage) => super::record::BlockRecord::decode(bytes)
+                    .and_then(|rec| rec.serving(usable).copied())
+                    .map(|l| (l, c))
+                    .or(Some((l, c))),
+                (v, _) => v,
+            };
+            hits.push(view.is_some());
+            views.push(view);
+        }
+        let selection = select(query, &hits, mask, sw_size)?;
+        let real = |i: usize| -> Option<CacheLocation> {
+            let (loc, _) = views[i]?;
+            backend::cache_location(storage_of(snap, loc.storage)?, inst, blocks[i], &loc, spec_filter)
+        };
+        let placeholder = || backend::placeholder(inst, spec_filter);
+        let (locations, deepest): (Vec<CacheLocation>, Option<usize>) = match &selection {
+            Selection::Prefix(idx) => {
+                let mut out = Vec::with_capacity(idx.len());
+                let mut deepest = None;
+                for &i in idx {
+                    match real(i) {
+                        Some(l) => {
+                            out.push(l);
+                            deepest = Some(i);
+                        }
+                        None => break,
+                    }
+                }
+                (out, deepest)
+            }
+            Selection::Each => {
+                let out = (0..blocks.len()).map(|i| real(i).unwrap_or_else(placeholder)).collect();
+                (out, (0..blocks.len()).rev().find(|&i| hits[i]))
+            }
+            Selection::Window(s, e) => {
+                let out = (0..blocks.len())
+                    .map(|i| if i >= *s && i < *e { real(i).unwrap_or_else(placeholder) } else { placeholder() })
+                    .collect();
+                (out, if e > s { Some(e - 1) } else { None })
+            }
+        };
+        let stats = MatchStats {
+            requested: blocks.len(),
+            hits: hits.iter().filter(|h| **h).count(),
+            matched: match &selection {
+                Selection::Prefix(_) => locations.len(),
+                Selection::Window(s, e) => e - s,
+                Selection::Each => hits.iter().filter(|h| **h).count(),
+            },
+        };
+        if let Some(i) = deepest {
+            let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
+            self.touch(&inst.instance_id, blocks[i], leaf);
+        }
+        Ok((locations, stats))
+    }
+
+    /// Recency/frequency bookkeeping for one block, off the request's critical path: a leaf's
+    /// scores are updated in place (XX: an evicted leaf is never re-added); an interior block's
+    /// touch is remembered for when it becomes a leaf.
+    fn touch(&self, instance_id: &str, block: i64, leaf: bool) {
+        let keys = self.keys(instance_id);
+        let mut conn = self.conn();
+        let field = block_field(block);
+        let now = now_ms();
+        tokio::spawn(async move {
+            let mut pipe = redis::pipe();
+            if leaf {
+                pipe.cmd("ZADD").arg(&keys.lru).arg("XX").arg(now).arg(&field[..]).ignore();
+                pipe.cmd("ZADD").arg(&keys.lfu).arg("XX").arg("INCR").arg(1).arg(&field[..]).ignore();
+            } else {
+                pipe.cmd("ZADD").arg(&keys.itouch).arg(now).arg(&field[..]).ignore();
+            }
+            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+                tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hits(s: &str) -> Vec<bool> {
+        s.chars().map(|c| c == '1').collect()
+    }
+
+    #[test]
+    fn sliding_window_examples_from_the_design() {
+        // keys 1..5 serving; query [1..7], sw 2 -> hits at 3, 4
+        let w = select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &hits("1111100"), &BlockMask::Offset(0), 2).unwrap();
+        assert_eq!(w, Selection::Window(3, 5));
+        // query [1,2,3,10,5,6,7], sw 2 -> hits at 1, 2
+        let w = select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &hits("1110100"), &BlockMask::Offset(0), 2).unwrap();
+        assert_eq!(w, Selection::Window(1, 3));
+        let none = select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &hits("1010101"), &BlockMask::Offset(0), 2).unwrap();
+        assert_eq!(none, Selection::Window(0, 0));
+        let all = select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &hits("111"), &BlockMask::Offset(0), 3).unwrap();
+        assert_eq!(all, Selection::Window(0, 3));
+        for bad in [0, 4, -1] {
+            assert!(select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &hits("111"), &BlockMask::Offset(0), bad).is_err());
+        }
+    }
+
+    #[test]
+    fn prefix_match_skips_masked_blocks_and_stops_at_the_first_miss() {
+        let p = select(QueryType::QT_PREFIX_MATCH, &hits("0011011"), &BlockMask::Offset(2), 0).unwrap();
+        assert_eq!(p, Selection::Prefix(vec![2, 3]));
+        let p =
+            select(QueryType::QT_PREFIX_MATCH, &hits("1011"), &BlockMask::Bools(vec![false, true, false, false]), 0)
+                .unwrap();
+        assert_eq!(p, Selection::Prefix(vec![0, 2, 3]));
+        let p = select(QueryType::QT_PREFIX_MATCH, &hits("0111"), &BlockMask::Offset(0), 0).unwrap();
+        assert_eq!(p, Selection::Prefix(vec![]));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_window_found_is_the_right_most_run_of_hits(h in proptest::collection::vec(proptest::bool::ANY, 1..40), sw in 1usize..8) {
+            proptest::prop_assume!(sw <= h.len());
+            let sel = select(QueryType::QT_REVERSE_ROLL_SW_MATCH, &h, &BlockMask::Offset(0), sw as i32).unwrap();
+            let expected = (sw..=h.len()).rev().find(|&end| h[end - sw..end].iter().all(|x| *x));
+            match (sel, expected) {
+                (Selection::Window(s, e), Some(end)) => proptest::prop_assert_eq!((s, e), (end - sw, end)),
+                (Selection::Window(0, 0), None) => {}
+                (other, exp) => proptest::prop_assert!(false, "{other:?} vs {exp:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! startWriteCache: storage choice (candidates in order, skipping disabled storages, storages
+//! kvcm cannot place blocks on, and storage types whose quota is used up), then one atomic
+//! script that dedups against present blocks and creates `writing` locations in a new session.
+
+use super::record::decode_location;
+use super::{DataPlane, storage_of};
+use crate::backend::{self, Backend};
+use crate::error::{Error, Result};
+use crate::keys::block_field;
+use crate::mask::BlockMask;
+use crate::registry::Snapshot;
+use crate::scripts;
+use crate::wire::admin::StorageConfig;
+use crate::wire::{CacheLocation, InstanceInfo, StatusCode};
+
+/// What startWriteCache hands back.
+#[derive(Debug, Clone)]
+pub struct WriteSession {
+    pub session_id: String,
+    pub mask: BlockMask,
+    pub locations: Vec<CacheLocation>,
+    pub storage: String,
+}
+
+/// Spec group index per key (0 = every spec), from `location_spec_group_names`.
+pub fn spec_groups(inst: &InstanceInfo, names: &[String], n: usize) -> Result<Vec<u8>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    if names.len() != n {
+        return Err(Error::invalid(format!(
+            "location_spec_group_names has {} entries for {n} blocks; send none or one per block",
+            names.len()
+        )));
+    }
+    names
+        .iter()
+        .map(|name| match inst.location_spec_groups.iter().position(|g| &g.name == name) {
+            Some(i) if i < 254 => Ok(i as u8 + 1),
+            _ => Err(Error::invalid(format!(
+                "location_spec_group_names names \"{name}\", which is not one of the instance's location_spec_groups"
+            ))),
+        })
+        .collect()
+}
+
+impl DataPlane {
+    /// Picks the storage for new blocks of `bytes` bytes in total.
+    async fn choose_storage<'a>(
+        &self,
+        snap: &'a Snapshot,
+        inst: &InstanceInfo,
+        bytes: i64,
+    ) -> Result<(&'a StorageConfig, u16)> {
+        let group_name = &inst.instance_group_name;
+        let group = snap.groups.get(group_name).ok_or_else(|| {
+            Error::internal(format!("instance {} names missing group {group_name}", inst.instance_id))
+        })?;
+        let quota = &group.quota;
+        let need_usage = quota.capacity > 0 || quota.quota_config.iter().any(|q| q.capacity > 0);
+        let usage = if need_usage { Some(self.group_usage(snap, group_name).await?) } else { None };
+        if let Some(u) = &usage
+            && quota.capacity > 0
+            && u.bytes + bytes > quota.capacity
+        {
+            return Err(Error::status(
+                StatusCode::REACH_MAX_ENTITY_CAPACITY,
+                format!(
+                    "instance group '{group_name}' quota is used up ({} of {} bytes; this write needs {bytes}); \
+                     wait for reclamation or raise quota.capacity",
+                    u.bytes, quota.capacity
+                ),
+            ));
+        }
+        let mut skipped = Vec::new();
+        for name in &group.storage_candidates {
+            let Some(cfg) = snap.storages.get(name) else { continue };
+            let Some(&id) = snap.storage_ids.get(name) else { continue };
+            if !cfg.is_available {
+                skipped.push(format!("{name} (disabled)"));
+                continue;
+            }
+            if !Backend::of(cfg).writable() {
+                skipped.push(format!("{name} (kvcm cannot place blocks on this storage type)"));
+                continue;
+            }
+            let ty = backend::storage_type(cfg);
+            if let (Some(u), Some(q)) = (&usage, quota.quota_config.iter().find(|q| q.storage_type == ty))
+                && q.capacity > 0
+                && u.bytes_by_type.get(&ty).copied().unwrap_or(0) + bytes > q.capacity
+            {
+                skipped.push(format!("{name} ({ty} quota used up)"));
+                continue;
+            }
+            return Ok((cfg, id));
+        }
+        Err(Error::status(
+            StatusCode::REACH_MAX_ENTITY_CAPACITY,
+            format!("no storage of instance group '{group_name}' can take new blocks: {}", skipped.join(", ")),
+        ))
+    }
+
+    pub async fn start_write_cache(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        blocks: &[i64],
+        group_names: &[String],
+        timeout_s: i32,
+    ) -> Result<WriteSession> {
+        let groups = spec_groups(inst, group_names, blocks.len())?;
+        let timeout = match timeout_s {
+            0 => self.limits.write_timeout_default_s,
+            t if t < 0 || t as u32 > self.limits.write_timeout_max_s => {
+                return Err(Error::invalid(format!(
+                    "write_timeout_seconds must be within 1..={} (0 = the default {}), got {t}",
+                    self.limits.write_timeout_max_s, self.limits.write_timeout_default_s
+                )));
+            }
+            t => t as u32,
+        };
+        let sizes = backend::group_sizes(inst);
+        let bytes: i64 = (0..blocks.len()).map(|i| sizes[groups.get(i).copied().unwrap_or(0) as usize]).sum();
+        let (cfg, storage_id) = self.choose_storage(snap, inst, bytes).await?;
+        let session_id = format!("{:016x}", fastrand::u64(..));
+        let keys = self.keys(&inst.instance_id);
+        let session_key = keys.session(&session_id);
+        let sizes_arg = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        let (timeout_arg, storage_arg, per_file_arg) =
+            (timeout.to_string(), storage_id.to_string(), Backend::of(cfg).key_count_per_file().to_string());
+        let fields: Vec<[u8; 8]> = blocks.iter().map(|b| block_field(*b)).collect();
+        let mut args: Vec<&[u8]> = vec![
+            session_id.as_bytes(),
+            timeout_arg.as_bytes(),
+            storage_arg.as_bytes(),
+            per_file_arg.as_bytes(),
+            &groups,
+            sizes_arg.as_bytes(),
+        ];
+        args.extend(fields.iter().map(|f| &f[..]));
+        let reply = self
+            .run(
+                &scripts::START_WRITE_CACHE,
+                &[&keys.blocks, &session_key, &keys.sessions, &keys.seq, &keys.files],
+                &args,
+            )
+            .await?;
+        let mut it = reply.into_iter();
+        let present: Vec<u8> = it.next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
+        let flags: Vec<bool> = present.iter().map(|c| *c == b'1').collect();
+        let new_index = flags.iter().enumerate().filter(|(_, p)| !**p).map(|(i, _)| i);
+        let mut locations = Vec::new();
+        for (i, raw) in new_index.zip(it) {
+            let bytes: Vec<u8> = redis::from_redis_value(raw)?;
+            let (loc, _) =
+                decode_location(&bytes, 0).ok_or_else(|| Error::internal("start_write_cache: bad location"))?;
+            let cfg = storage_of(snap, loc.storage).unwrap_or(cfg);
+            locations.push(
+                backend::cache_location(cfg, inst, blocks[i], &loc, &[])
+                    .ok_or_else(|| Error::internal("start_write_cache: location without URIs"))?,
+            );
+        }
+        Ok(WriteSession {
+            session_id,
+            mask: BlockMask::from_flags(&flags),
+            locations,
+            storage: cfg.global_unique_name.clone(),
+        })
+    }
+}

@@ -1,0 +1,112 @@
+//! Usage per instance and per group, for startWriteCache's quota checks.
+//!
+//! Each instance's serving bytes and blocks per storage id live in its `usage` hash, changed by
+//! the same scripts that change block state. A group's usage is the sum over its instances; a
+//! frontend computes it with one HGETALL per instance (pipelined) and caches it for
+//! `usage_cache_ms`, so quota checks add no Valkey work to most writes. Quotas are therefore
+//! soft by up to one cache period of writes; the worker's reclaimer keeps usage under the
+//! watermark.
+
+use super::DataPlane;
+use crate::error::Result;
+use crate::registry::Snapshot;
+use crate::wire::StorageType;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Serving bytes and blocks of one group.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupUsage {
+    pub bytes: i64,
+    pub blocks: i64,
+    pub bytes_by_type: HashMap<StorageType, i64>,
+    pub bytes_by_storage: HashMap<String, i64>,
+}
+
+#[derive(Debug)]
+pub struct UsageCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<String, (Instant, GroupUsage)>>,
+}
+
+impl UsageCache {
+    pub fn new(ttl_ms: u64) -> Self {
+        UsageCache { ttl: Duration::from_millis(ttl_ms), entries: Mutex::default() }
+    }
+}
+
+/// Parses an instance's usage hash (`b<id>` bytes, `n<id>` blocks) into per-storage-id totals.
+pub fn parse_usage(fields: &HashMap<String, i64>) -> HashMap<u16, (i64, i64)> {
+    let mut out: HashMap<u16, (i64, i64)> = HashMap::new();
+    for (f, v) in fields {
+        let (kind, id) = f.split_at(1.min(f.len()));
+        let Ok(id) = id.parse::<u16>() else { continue };
+        let e = out.entry(id).or_default();
+        match kind {
+            "b" => e.0 += v,
+            "n" => e.1 += v,
+            _ => {}
+        }
+    }
+    out
+}
+
+impl DataPlane {
+    /// One instance's usage per storage id: (bytes, blocks).
+    pub async fn instance_usage(&self, instance_id: &str) -> Result<HashMap<u16, (i64, i64)>> {
+        let fields: HashMap<String, i64> =
+            redis::cmd("HGETALL").arg(self.keys(instance_id).usage).query_async(&mut self.conn()).await?;
+        Ok(parse_usage(&fields))
+    }
+
+    /// The group's usage, summed over its instances (cached for `usage_cache_ms`).
+    pub async fn group_usage(&self, snap: &Snapshot, group: &str) -> Result<GroupUsage> {
+        if let Some((at, u)) = self.usage.entries.lock().unwrap_or_else(|p| p.into_inner()).get(group)
+            && at.elapsed() < self.usage.ttl
+        {
+            return Ok(u.clone());
+        }
+        let ids: Vec<&str> = snap
+            .instances
+            .values()
+            .filter(|i| i.instance_group_name == group)
+            .map(|i| i.instance_id.as_str())
+            .collect();
+        let all = futures::future::try_join_all(ids.iter().map(|id| self.instance_usage(id))).await?;
+        let mut usage = GroupUsage::default();
+        for per_storage in all {
+            for (id, (bytes, blocks)) in per_storage {
+                usage.bytes += bytes;
+                usage.blocks += blocks;
+                if let Some(cfg) = super::storage_of(snap, id) {
+                    *usage.bytes_by_type.entry(crate::backend::storage_type(cfg)).or_default() += bytes;
+                    *usage.bytes_by_storage.entry(cfg.global_unique_name.clone()).or_default() += bytes;
+                }
+            }
+        }
+        self.usage
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group.to_string(), (Instant::now(), usage.clone()));
+        Ok(usage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_fields_sum_per_storage_id() {
+        let f: HashMap<String, i64> = [("b1", 100), ("n1", 2), ("b2", 7), ("n2", 1), ("junk", 5)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        let u = parse_usage(&f);
+        assert_eq!(u[&1], (100, 2));
+        assert_eq!(u[&2], (7, 1));
+        assert_eq!(u.len(), 2);
+    }
+}
