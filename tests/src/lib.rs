@@ -235,20 +235,39 @@ pub async fn dump_namespace(namespace: &str) -> BTreeMap<String, String> {
         let mut node = client.get_multiplexed_async_connection().await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{namespace}:*")).query_async(&mut node).await.unwrap();
         for key in keys {
-            let dump: redis::Value = redis::cmd("DUMP").arg(&key).query_async(&mut node).await.unwrap();
             let ty: String = redis::cmd("TYPE").arg(&key).query_async(&mut node).await.unwrap();
             let content = match ty.as_str() {
                 "hash" => {
-                    let m: BTreeMap<String, String> =
+                    let mut m: Vec<(Vec<u8>, Vec<u8>)> =
                         redis::cmd("HGETALL").arg(&key).query_async(&mut node).await.unwrap();
+                    m.sort();
                     format!("{m:?}")
                 }
                 "set" => {
-                    let mut v: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut node).await.unwrap();
+                    let mut v: Vec<Vec<u8>> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut node).await.unwrap();
                     v.sort();
                     format!("{v:?}")
                 }
-                _ => format!("{dump:?}"),
+                "zset" => {
+                    let v: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+                        .arg(&key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query_async(&mut node)
+                        .await
+                        .unwrap();
+                    format!("{v:?}")
+                }
+                "stream" => {
+                    let v: redis::Value =
+                        redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query_async(&mut node).await.unwrap();
+                    format!("{v:?}")
+                }
+                _ => {
+                    let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(&mut node).await.unwrap();
+                    format!("{v:?}")
+                }
             };
             out.insert(key, content);
         }
@@ -272,4 +291,100 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A frontend with one `file` storage under a fresh directory, one group and one registered
+/// instance — the usual starting point of data-plane tests.
+pub struct Fixture {
+    pub api: Api,
+    pub root: PathBuf,
+    pub instance: String,
+}
+
+impl Fixture {
+    /// `specs`: (name, bytes); `per_file`: key_count_per_file; `group_extra` merges into the group.
+    pub async fn new(specs: &[(&str, i64)], per_file: i32, group_extra: Value) -> Fixture {
+        Self::on(Api::start(), specs, per_file, group_extra).await
+    }
+
+    pub async fn on(api: Api, specs: &[(&str, i64)], per_file: i32, group_extra: Value) -> Fixture {
+        let root = repo_root().join(".kvcm/test-data").join(unique("store"));
+        std::fs::create_dir_all(&root).unwrap();
+        let r = api
+            .admin(
+                "addStorage",
+                serde_json::json!({"storage": {"global_unique_name": "files", "nfs": {"root_path": root.to_str().unwrap(), "key_count_per_file": per_file}}}),
+            )
+            .await;
+        assert_ok(&r);
+        let mut group = serde_json::json!({"name": "g", "storage_candidates": ["files"], "version": 1});
+        if let (Some(g), Some(extra)) = (group.as_object_mut(), group_extra.as_object()) {
+            for (k, v) in extra {
+                g.insert(k.clone(), v.clone());
+            }
+        }
+        assert_ok(&api.admin("createInstanceGroup", serde_json::json!({"instance_group": group})).await);
+        let specs: Vec<Value> = specs.iter().map(|(n, s)| serde_json::json!({"name": n, "size": s})).collect();
+        let instance = unique("inst");
+        let reg = serde_json::json!({"instance_group": "g", "instance_id": instance, "block_size": 4,
+            "location_spec_infos": specs, "model_deployment": {"model_name": "m", "dtype": "bf16"},
+            "location_spec_groups": [{"name": "first", "spec_names": [specs[0]["name"].clone()]}]});
+        assert_ok(&api.meta("registerInstance", reg).await);
+        Fixture { api, root, instance }
+    }
+
+    /// startWriteCache of `keys`; returns the reply.
+    pub async fn start(&self, keys: &[i64]) -> Value {
+        let (_, r) = self
+            .api
+            .meta("startWriteCache", serde_json::json!({"instance_id": self.instance, "block_keys": keys}))
+            .await;
+        r
+    }
+
+    /// finishWriteCache with a success mask.
+    pub async fn finish(&self, session: &Value, success: Value) -> Value {
+        let (_, r) = self
+            .api
+            .meta("finishWriteCache", serde_json::json!({"instance_id": self.instance, "write_session_id": session["write_session_id"], "success_blocks": success}))
+            .await;
+        r
+    }
+
+    /// Writes and finishes `keys` (all successful).
+    pub async fn write(&self, keys: &[i64]) {
+        let s = self.start(keys).await;
+        assert_eq!(code(&s), "OK", "{s}");
+        let n = s["locations"].as_array().unwrap().len();
+        assert_ok(&(200, self.finish(&s, serde_json::json!({"offset": n})).await));
+    }
+
+    /// getCacheLocation with a query type and extra fields.
+    pub async fn get(&self, query: &str, keys: &[i64], extra: Value) -> Value {
+        let mut body = serde_json::json!({"instance_id": self.instance, "query_type": query, "block_keys": keys});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        let (_, r) = self.api.meta("getCacheLocation", body).await;
+        r
+    }
+
+    /// Which of the returned locations are real (have URIs).
+    pub fn real(reply: &Value) -> Vec<bool> {
+        reply["locations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["location_specs"].as_array().unwrap().iter().all(|s| !s["uri"].as_str().unwrap().is_empty()))
+            .collect()
+    }
+}
+
+/// The filesystem path behind a `file://<storage>/path?query` URI.
+pub fn file_path(uri: &str) -> PathBuf {
+    let rest = uri.strip_prefix("file://").expect("file URI");
+    let path = &rest[rest.find('/').expect("path")..];
+    PathBuf::from(path.split('?').next().unwrap())
 }

@@ -57,7 +57,8 @@ impl DataPlane {
             Error::internal(format!("instance {} names missing group {group_name}", inst.instance_id))
         })?;
         let quota = &group.quota;
-        let need_usage = quota.capacity > 0 || quota.quota_config.iter().any(|q| q.capacity > 0);
+        // A write that adds nothing needs no quota.
+        let need_usage = bytes > 0 && (quota.capacity > 0 || quota.quota_config.iter().any(|q| q.capacity > 0));
         let usage = if need_usage { Some(self.group_usage(snap, group_name).await?) } else { None };
         if let Some(u) = &usage
             && quota.capacity > 0
@@ -121,7 +122,27 @@ impl DataPlane {
         };
         let sizes = backend::group_sizes(inst);
         let bytes: i64 = (0..blocks.len()).map(|i| sizes[groups.get(i).copied().unwrap_or(0) as usize]).sum();
-        let (cfg, storage_id) = self.choose_storage(snap, inst, bytes).await?;
+        // The quota check first assumes every key is new; only when that does not fit does it
+        // count the keys that really are (one HMGET), so the common path costs nothing extra.
+        let (cfg, storage_id) = match self.choose_storage(snap, inst, bytes).await {
+            Err(Error::Status { code: StatusCode::REACH_MAX_ENTITY_CAPACITY, .. }) => {
+                let records = self.records(&self.keys(&inst.instance_id), blocks).await?;
+                let mut seen = std::collections::HashSet::new();
+                let exact: i64 = records
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, r)| {
+                        seen.insert(blocks[*i])
+                            && !r.as_deref().and_then(super::record::BlockRecord::decode).is_some_and(|rec| {
+                                rec.locations.iter().any(|l| l.state != super::record::LocState::Deleting)
+                            })
+                    })
+                    .map(|(i, _)| sizes[groups.get(i).copied().unwrap_or(0) as usize])
+                    .sum();
+                self.choose_storage(snap, inst, exact).await?
+            }
+            other => other?,
+        };
         let session_id = format!("{:016x}", fastrand::u64(..));
         let keys = self.keys(&inst.instance_id);
         let session_key = keys.session(&session_id);
