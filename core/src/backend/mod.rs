@@ -77,6 +77,32 @@ impl Backend {
         }
     }
 
+    /// The part of a URI shared by every block of one spec on this storage.
+    pub fn uri_prefix(&self, storage: &str, instance: &str, spec: &str) -> Option<String> {
+        match self {
+            Backend::File { root, .. } => Some(format!("file://{storage}{root}{instance}/{spec}/")),
+            Backend::Hf3fs { root, .. } => Some(format!("hf3fs://{storage}{root}{instance}/{spec}/")),
+            Backend::Mooncake => Some(format!("mooncake://{storage}/?key={instance}/{spec}/")),
+            Backend::Unsupported => None,
+        }
+    }
+
+    /// Appends the block-specific rest of a URI to its prefix.
+    pub fn push_uri_rest(&self, uri: &mut String, size: i64, key: i64, loc: &Location) {
+        use std::fmt::Write;
+        match (self, loc.packed) {
+            (Backend::Mooncake, _) => {
+                let _ = write!(uri, "{:016x}&size={size}", key as u64);
+            }
+            (_, Some(p)) => {
+                let _ = write!(uri, "{:016x}_{:08x}?blkid={}&size={size}", p.file_first as u64, p.file_hash, p.blkid);
+            }
+            (_, None) => {
+                let _ = write!(uri, "{:016x}?size={size}", key as u64);
+            }
+        }
+    }
+
     /// The URI of one spec of a block.
     pub fn uri(
         &self,
@@ -87,18 +113,71 @@ impl Backend {
         key: i64,
         loc: &Location,
     ) -> Option<String> {
-        let query = match loc.packed {
-            Some(p) => format!("blkid={}&size={size}", p.blkid),
-            None => format!("size={size}"),
-        };
-        match self {
-            Backend::File { .. } => Some(format!("file://{storage}{}?{query}", self.path(instance, spec, key, loc)?)),
-            Backend::Hf3fs { .. } => Some(format!("hf3fs://{storage}{}?{query}", self.path(instance, spec, key, loc)?)),
-            Backend::Mooncake => {
-                Some(format!("mooncake://{storage}/?key={instance}/{spec}/{:016x}&size={size}", key as u64))
-            }
-            Backend::Unsupported => None,
-        }
+        let mut uri = self.uri_prefix(storage, instance, spec)?;
+        self.push_uri_rest(&mut uri, size, key, loc);
+        Some(uri)
+    }
+}
+
+/// Builds many locations of one instance, computing each (storage, spec group)'s URI prefixes
+/// once: a read of thousands of blocks costs one allocation per URI.
+pub struct LocationBuilder<'a> {
+    storages: &'a dyn Fn(u16) -> Option<&'a StorageConfig>,
+    instance: &'a InstanceInfo,
+    filter: &'a [String],
+    templates: std::collections::HashMap<(u16, u8), Option<Template>>,
+}
+
+struct Template {
+    backend: Backend,
+    storage_type: StorageType,
+    specs: Vec<(String, String, i64)>, // name, URI prefix, size
+}
+
+impl<'a> LocationBuilder<'a> {
+    pub fn new(
+        storages: &'a dyn Fn(u16) -> Option<&'a StorageConfig>,
+        instance: &'a InstanceInfo,
+        filter: &'a [String],
+    ) -> Self {
+        LocationBuilder { storages, instance, filter, templates: Default::default() }
+    }
+
+    /// The wire location of a block, or `None` when its storage is gone or cannot express it.
+    pub fn build(&mut self, key: i64, loc: &Location) -> Option<CacheLocation> {
+        let (storages, instance, filter) = (self.storages, self.instance, self.filter);
+        let t = self
+            .templates
+            .entry((loc.storage, loc.group))
+            .or_insert_with(|| {
+                let cfg = storages(loc.storage)?;
+                let backend = Backend::of(cfg);
+                let mut specs = Vec::new();
+                for (name, size) in location_specs(instance, loc.group) {
+                    if !filter.is_empty() && !filter.iter().any(|f| f == name) {
+                        continue;
+                    }
+                    specs.push((
+                        name.to_string(),
+                        backend.uri_prefix(&cfg.global_unique_name, &instance.instance_id, name)?,
+                        size,
+                    ));
+                }
+                let any_spec = !location_specs(instance, loc.group).is_empty();
+                any_spec.then_some(Template { backend, storage_type: storage_type(cfg), specs })
+            })
+            .as_ref()?;
+        let location_specs = t
+            .specs
+            .iter()
+            .map(|(name, prefix, size)| {
+                let mut uri = String::with_capacity(prefix.len() + 48);
+                uri.push_str(prefix);
+                t.backend.push_uri_rest(&mut uri, *size, key, loc);
+                LocationSpec { name: name.clone(), uri }
+            })
+            .collect::<Vec<_>>();
+        Some(CacheLocation { storage_type: t.storage_type, spec_size: location_specs.len() as i32, location_specs })
     }
 }
 
@@ -127,7 +206,7 @@ pub fn group_sizes(instance: &InstanceInfo) -> Vec<i64> {
         .collect()
 }
 
-/// The wire location of a block, filtered to `spec_filter` if non-empty. `None` when the
+/// The wire location of one block, filtered to `spec_filter` if non-empty. `None` when the
 /// storage cannot express it (unsupported storage, unknown spec group).
 pub fn cache_location(
     cfg: &StorageConfig,
@@ -136,20 +215,8 @@ pub fn cache_location(
     loc: &Location,
     spec_filter: &[String],
 ) -> Option<CacheLocation> {
-    let backend = Backend::of(cfg);
-    let specs = location_specs(instance, loc.group);
-    if specs.is_empty() {
-        return None;
-    }
-    let mut out = Vec::with_capacity(specs.len());
-    for (name, size) in specs {
-        if !spec_filter.is_empty() && !spec_filter.iter().any(|f| f == name) {
-            continue;
-        }
-        let uri = backend.uri(&cfg.global_unique_name, &instance.instance_id, name, size, key, loc)?;
-        out.push(LocationSpec { name: name.to_string(), uri });
-    }
-    Some(CacheLocation { storage_type: storage_type(cfg), spec_size: out.len() as i32, location_specs: out })
+    let storages = |_: u16| Some(cfg);
+    LocationBuilder::new(&storages, instance, spec_filter).build(key, loc)
 }
 
 /// A miss placeholder: the instance's specs (filtered) with empty URIs.

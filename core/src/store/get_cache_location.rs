@@ -112,9 +112,11 @@ impl DataPlane {
             views.push(view);
         }
         let selection = select(query, &hits, mask, sw_size)?;
-        let real = |i: usize| -> Option<CacheLocation> {
+        let storages = |id: u16| storage_of(snap, id);
+        let mut builder = backend::LocationBuilder::new(&storages, inst, spec_filter);
+        let mut real = |i: usize| -> Option<CacheLocation> {
             let (loc, _) = views[i]?;
-            backend::cache_location(storage_of(snap, loc.storage)?, inst, blocks[i], &loc, spec_filter)
+            builder.build(blocks[i], &loc)
         };
         let placeholder = || backend::placeholder(inst, spec_filter);
         let (locations, deepest): (Vec<CacheLocation>, Option<usize>) = match &selection {

@@ -103,7 +103,7 @@ pub(crate) fn first<T: redis::FromRedisValue + Default>(reply: Vec<redis::Value>
 }
 
 /// The storage a record's storage id names, if it still exists.
-pub fn storage_of<'a>(snap: &'a Snapshot, id: u16) -> Option<&'a StorageConfig> {
+pub fn storage_of(snap: &Snapshot, id: u16) -> Option<&StorageConfig> {
     snap.storage_names.get(&id).and_then(|n| snap.storages.get(n))
 }
 

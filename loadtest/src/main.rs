@@ -1,0 +1,364 @@
+//! `kvcm-bench`: measures kvcm against a real Valkey cluster. Each subcommand answers one
+//! question and prints one result line per measurement (see loadtest/README.md).
+//!
+//! Every run works in a fresh namespace and removes its keys at the end, so it can run against
+//! a shared development cluster.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use kvcm_core::mask::BlockMask;
+use kvcm_core::registry::Registry;
+use kvcm_core::store::get_cache_location::QueryType;
+use kvcm_core::store::{DataPlane, Limits};
+use kvcm_core::wire::admin::{InstanceGroup, NfsStorageSpec, StorageConfig};
+use kvcm_core::wire::{LocationSpecInfo, ModelDeployment, RegisterInstanceRequest};
+use redis::cluster_async::ClusterConnection;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(about = "kvcm benchmarks against a real Valkey cluster")]
+struct Args {
+    /// Valkey cluster seed.
+    #[arg(long, default_value = "redis://127.0.0.1:7001", global = true)]
+    valkey: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Valkey memory per cached block: writes --blocks blocks (prompts of 128 chained blocks) and
+    /// reads the used_memory delta of the node that holds the instance.
+    Memory {
+        #[arg(long, default_value_t = 1_000_000)]
+        blocks: usize,
+        /// Specs per block (tp0..tpN-1).
+        #[arg(long, default_value_t = 1)]
+        specs: usize,
+    },
+    /// Valkey CPU per 128-block prefix read (HMGET + recency bookkeeping) from INFO commandstats.
+    ReadCpu {
+        #[arg(long, default_value_t = 131_072)]
+        blocks: usize,
+        #[arg(long, default_value_t = 20_000)]
+        reads: usize,
+    },
+    /// Baseline for read-cpu, side by side: a plain HMGET of 128 fields from a hash of --fields
+    /// 8-byte fields with --value-bytes values, no kvcm involved.
+    HmgetBaseline {
+        #[arg(long, default_value_t = 131_072)]
+        fields: usize,
+        #[arg(long, default_value_t = 25)]
+        value_bytes: usize,
+        #[arg(long, default_value_t = 20_000)]
+        reads: usize,
+    },
+    /// Serial prefix-match latency through a real HTTP frontend (p50 / p99).
+    Latency {
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000,20000")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 1000)]
+        requests: usize,
+    },
+}
+
+struct Bench {
+    ns: String,
+    conn: ClusterConnection,
+    registry: Arc<Registry>,
+    data: DataPlane,
+    instance: String,
+}
+
+impl Bench {
+    async fn new(valkey: &str, specs: usize) -> Result<Bench> {
+        let ns = format!("bench{:08x}", fastrand::u32(..));
+        let conn = kvcm_core::valkey::connect_urls(&[valkey.to_string()], 5000, 2000).await?;
+        let registry = Registry::open(conn.clone(), &ns).await?;
+        let storage = StorageConfig {
+            global_unique_name: "files".into(),
+            nfs: Some(NfsStorageSpec { root_path: "/tmp/kvcm-bench/".into(), key_count_per_file: 1 }),
+            ..Default::default()
+        };
+        registry.add_storage(storage).await?;
+        registry
+            .create_group(InstanceGroup {
+                name: "g".into(),
+                storage_candidates: vec!["files".into()],
+                ..Default::default()
+            })
+            .await?;
+        let instance = "bench-instance".to_string();
+        registry
+            .register_instance(&RegisterInstanceRequest {
+                instance_group: "g".into(),
+                instance_id: instance.clone(),
+                block_size: 16,
+                location_spec_infos: (0..specs)
+                    .map(|i| LocationSpecInfo { name: format!("tp{i}"), size: 1 << 20 })
+                    .collect(),
+                model_deployment: Some(ModelDeployment {
+                    model_name: "m".into(),
+                    dtype: "bf16".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await?;
+        let limits = Limits {
+            max_keys_per_request: 1 << 20,
+            write_timeout_default_s: 600,
+            write_timeout_max_s: 600,
+            usage_cache_ms: 60_000,
+        };
+        let data = DataPlane::new(conn.clone(), &ns, limits);
+        Ok(Bench { ns, conn, registry, data, instance })
+    }
+
+    /// Writes `prompts` prompts of `len` chained random blocks; returns the prompts' keys.
+    async fn fill(&self, prompts: usize, len: usize, keep: usize) -> Result<Vec<Vec<i64>>> {
+        let snap = self.registry.snapshot();
+        let inst = self.registry.instance(&self.instance).await?;
+        let mut kept = Vec::new();
+        let chunks: Vec<usize> = (0..prompts).collect();
+        for batch in chunks.chunks(16) {
+            let futs = batch.iter().map(|_| {
+                let keys: Vec<i64> = (0..len).map(|_| fastrand::i64(..)).collect();
+                let (data, snap, inst) = (&self.data, &snap, &inst);
+                async move {
+                    let w = data.start_write_cache(snap, inst, &keys, &[], 0).await?;
+                    let mask =
+                        kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
+                    data.finish_write_cache(&inst.instance_id, &w.session_id, Some(&mask)).await?;
+                    anyhow::Ok(keys)
+                }
+            });
+            for keys in futures::future::try_join_all(futs).await? {
+                if kept.len() < keep {
+                    kept.push(keys);
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    /// A direct connection to the primary that holds the instance's slot.
+    async fn node(&self) -> Result<redis::aio::MultiplexedConnection> {
+        let keys = self.data.keys(&self.instance);
+        let slot = kvcm_core::keys::slot(&keys.blocks);
+        let mut c = self.conn.clone();
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await?;
+        let redis::Value::Array(ranges) = slots else { anyhow::bail!("CLUSTER SLOTS reply") };
+        for r in ranges {
+            let redis::Value::Array(parts) = r else { continue };
+            let (lo, hi): (u16, u16) =
+                (redis::from_redis_value(parts[0].clone())?, redis::from_redis_value(parts[1].clone())?);
+            if (lo..=hi).contains(&slot) {
+                let redis::Value::Array(node) = parts[2].clone() else { continue };
+                let host: String = redis::from_redis_value(node[0].clone())?;
+                let port: u16 = redis::from_redis_value(node[1].clone())?;
+                let client = redis::Client::open(format!("redis://{host}:{port}"))?;
+                return Ok(client.get_multiplexed_async_connection().await?);
+            }
+        }
+        anyhow::bail!("no node serves slot {slot}")
+    }
+
+    async fn cleanup(&self) -> Result<()> {
+        let keys = self.data.keys(&self.instance);
+        let mut c = self.conn.clone();
+        for k in keys.all() {
+            let _: () = redis::cmd("UNLINK").arg(k).query_async(&mut c).await?;
+        }
+        for k in kvcm_core::keys::RegistryKeys::new(&self.ns).all() {
+            let _: () = redis::cmd("UNLINK").arg(k).query_async(&mut c).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn info_field(node: &mut redis::aio::MultiplexedConnection, section: &str, field: &str) -> Result<f64> {
+    let info: String = redis::cmd("INFO").arg(section).query_async(node).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("INFO {section} has no {field}"))
+}
+
+/// (calls, usec) of one command from INFO commandstats.
+async fn command_stat(node: &mut redis::aio::MultiplexedConnection, cmd: &str) -> Result<(f64, f64)> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(node).await?;
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:"))) else {
+        return Ok((0.0, 0.0));
+    };
+    let get = |k: &str| {
+        line.split(',').find_map(|kv| kv.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    Ok((get("calls"), get("usec")))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.cmd {
+        Cmd::Memory { blocks, specs } => {
+            let b = Bench::new(&args.valkey, specs).await?;
+            let mut node = b.node().await?;
+            let before = info_field(&mut node, "memory", "used_memory").await?;
+            let t = Instant::now();
+            b.fill(blocks.div_ceil(128), 128, 0).await?;
+            let written = blocks.div_ceil(128) * 128;
+            let after = info_field(&mut node, "memory", "used_memory").await?;
+            println!(
+                "memory: {written} blocks, {specs} spec(s): {:.1} bytes/block (used_memory +{:.1} MiB; filled in {:.1} s)",
+                (after - before) / written as f64,
+                (after - before) / 1048576.0,
+                t.elapsed().as_secs_f64()
+            );
+            b.cleanup().await?;
+        }
+        Cmd::ReadCpu { blocks, reads } => {
+            let b = Bench::new(&args.valkey, 1).await?;
+            let prompts = b.fill(blocks.div_ceil(128), 128, 1024).await?;
+            let snap = b.registry.snapshot();
+            let inst = b.registry.instance(&b.instance).await?;
+            let mut node = b.node().await?;
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
+            let t = Instant::now();
+            for i in 0..reads {
+                let keys = &prompts[i % prompts.len()];
+                let (locs, _) = b
+                    .data
+                    .get_cache_location(&snap, &inst, QueryType::QT_PREFIX_MATCH, keys, &BlockMask::Offset(0), 0, &[])
+                    .await?;
+                anyhow::ensure!(locs.len() == 128, "prefix read matched {} blocks", locs.len());
+            }
+            let elapsed = t.elapsed();
+            // Let the spawned recency updates land before reading the stats.
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            while command_stat(&mut node, "zadd").await?.0 < reads as f64 && Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let (hc, hu) = command_stat(&mut node, "hmget").await?;
+            let (zc, zu) = command_stat(&mut node, "zadd").await?;
+            // Side by side on the same hash: the same HMGETs sent raw (no kvcm, no bookkeeping).
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
+            let blocks_key = b.data.keys(&b.instance).blocks;
+            for i in 0..reads {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(&blocks_key);
+                for k in &prompts[i % prompts.len()] {
+                    cmd.arg(&k.to_be_bytes()[..]);
+                }
+                let _: Vec<Option<Vec<u8>>> = cmd.query_async(&mut node).await?;
+            }
+            let (rc, ru) = command_stat(&mut node, "hmget").await?;
+            println!("read-cpu: the same {reads} HMGETs sent raw: {:.2} us/call", ru / rc.max(1.0));
+            println!(
+                "read-cpu: {reads} prefix reads of 128 blocks: HMGET {:.2} us/call ({hc} calls), ZADD {:.2} us/call ({zc} calls); \
+                 Valkey CPU per read {:.2} us; client-side {:.0} reads/s serial",
+                hu / hc.max(1.0),
+                zu / zc.max(1.0),
+                (hu + zu) / reads as f64,
+                reads as f64 / elapsed.as_secs_f64()
+            );
+            b.cleanup().await?;
+        }
+        Cmd::HmgetBaseline { fields, value_bytes, reads } => {
+            let b = Bench::new(&args.valkey, 1).await?;
+            let key = format!("{}:baseline:{{i:{}}}", b.ns, b.instance);
+            let mut node = b.node().await?;
+            let names: Vec<[u8; 8]> = (0..fields).map(|_| fastrand::i64(..).to_be_bytes()).collect();
+            let value = vec![b'x'; value_bytes];
+            for chunk in names.chunks(1000) {
+                let mut cmd = redis::cmd("HSET");
+                cmd.arg(&key);
+                for n in chunk {
+                    cmd.arg(&n[..]).arg(&value);
+                }
+                let _: () = cmd.query_async(&mut node).await?;
+            }
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
+            for i in 0..reads {
+                let start = (i * 128) % (fields - 128);
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(&key);
+                for n in &names[start..start + 128] {
+                    cmd.arg(&n[..]);
+                }
+                let _: Vec<Option<Vec<u8>>> = cmd.query_async(&mut node).await?;
+            }
+            let (hc, hu) = command_stat(&mut node, "hmget").await?;
+            println!(
+                "hmget-baseline: {fields} fields of {value_bytes}-byte values: HMGET of 128 fields {:.2} us/call ({hc} calls)",
+                hu / hc.max(1.0)
+            );
+            let _: () = redis::cmd("UNLINK").arg(&key).query_async(&mut node).await?;
+            b.cleanup().await?;
+        }
+        Cmd::Latency { sizes, requests } => {
+            let b = Bench::new(&args.valkey, 1).await?;
+            let longest = *sizes.iter().max().unwrap_or(&0);
+            // One long chain, written in sessions of 1024 blocks.
+            let snap = b.registry.snapshot();
+            let inst = b.registry.instance(&b.instance).await?;
+            let keys: Vec<i64> = (0..longest).map(|_| fastrand::i64(..)).collect();
+            for chunk in keys.chunks(1024) {
+                let w = b.data.start_write_cache(&snap, &inst, chunk, &[], 0).await?;
+                let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
+                b.data.finish_write_cache(&b.instance, &w.session_id, Some(&mask)).await?;
+            }
+            let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
+            config.meta_port = 0;
+            config.admin_port = 0;
+            config.valkey_url = args.valkey.clone();
+            config.namespace = b.ns.clone();
+            config.max_keys_per_request = longest.max(1);
+            config.max_body_bytes = 64 << 20;
+            config.log_level = "warn".into();
+            let server = kvcm_api::build(config).await?;
+            let meta = format!("http://{}/api/getCacheLocation", server.meta_addr);
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let serving = tokio::spawn(server.run(async move {
+                let _ = stop_rx.await;
+            }));
+            let http = reqwest::Client::new();
+            for &n in &sizes {
+                let body = serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]}).to_string();
+                let count = if n >= 5000 { requests / 4 } else { requests }.max(20);
+                let mut lat = Vec::with_capacity(count);
+                for i in 0..count + 20 {
+                    let t = Instant::now();
+                    let resp = http.post(&meta).body(body.clone()).send().await?.bytes().await?;
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    if i == 0 {
+                        let v: serde_json::Value = serde_json::from_slice(&resp)?;
+                        anyhow::ensure!(
+                            v["locations"].as_array().map(|a| a.len()) == Some(n),
+                            "matched {}",
+                            v["locations"]
+                        );
+                    }
+                    if i >= 20 {
+                        lat.push(ms); // the first 20 warm up connections and caches
+                    }
+                }
+                lat.sort_by(|a, b| a.total_cmp(b));
+                println!(
+                    "latency: prefix match of {n} blocks, {count} serial requests: p50 {:.3} ms, p99 {:.3} ms",
+                    percentile(&lat, 0.5),
+                    percentile(&lat, 0.99)
+                );
+            }
+            let _ = stop_tx.send(());
+            serving.await??;
+            b.cleanup().await?;
+        }
+    }
+    Ok(())
+}
