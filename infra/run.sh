@@ -21,7 +21,8 @@ cleanup() {
   if [ -n "$started_cluster" ]; then "$KVCM_ROOT/infra/valkey-cluster.sh" stop >/dev/null 2>&1 || true; fi
   log "stopped"
 }
-trap cleanup INT TERM EXIT
+trap cleanup EXIT
+trap 'cleanup; exit 0' INT TERM
 
 if [ -z "${KVCM_VALKEY_URL:-}" ]; then
   KVCM_VALKEY_URL="$("$KVCM_ROOT/infra/valkey-cluster.sh" start)"

@@ -76,7 +76,10 @@ impl DataPlane {
         let mut skipped = Vec::new();
         for name in &group.storage_candidates {
             let Some(cfg) = snap.storages.get(name) else { continue };
-            let Some(&id) = snap.storage_ids.get(name) else { continue };
+            let Some(&id) = snap.storage_ids.get(name) else {
+                skipped.push(format!("{name} (has no storage id; remove and re-add it)"));
+                continue;
+            };
             if !cfg.is_available {
                 skipped.push(format!("{name} (disabled)"));
                 continue;
