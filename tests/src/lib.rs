@@ -241,11 +241,13 @@ pub async fn dump_namespace(namespace: &str) -> BTreeMap<String, String> {
                     let mut m: Vec<(Vec<u8>, Vec<u8>)> =
                         redis::cmd("HGETALL").arg(&key).query_async(&mut node).await.unwrap();
                     m.sort();
+                    let m: Vec<(String, String)> = m.iter().map(|(k, v)| (text(k), text(v))).collect();
                     format!("{m:?}")
                 }
                 "set" => {
                     let mut v: Vec<Vec<u8>> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut node).await.unwrap();
                     v.sort();
+                    let v: Vec<String> = v.iter().map(|b| text(b)).collect();
                     format!("{v:?}")
                 }
                 "zset" => {
@@ -266,13 +268,21 @@ pub async fn dump_namespace(namespace: &str) -> BTreeMap<String, String> {
                 }
                 _ => {
                     let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(&mut node).await.unwrap();
-                    format!("{v:?}")
+                    format!("{:?}", v.as_deref().map(text))
                 }
             };
             out.insert(key, content);
         }
     }
     out
+}
+
+/// Bytes as text when they are UTF-8, else as hex (binary block keys and records).
+fn text(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_string(),
+        Err(_) => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
 }
 
 /// Polls `f` until it returns Some or the deadline passes.
