@@ -12,19 +12,29 @@
 -- ARGV[1] session id
 -- ARGV[2] success_blocks over the session's locations: "o<k>" (the first k succeeded) or
 --         "b<flags>" with one '1'/'0' per location
+-- ARGV[3] optional "expire": the worker's expirer failing a session past its deadline (every
+--         location fails; a session not yet past its deadline is left alone, reply {1, -1})
 --
 -- Reply: {1, successes} | {5, message} (unknown, finished or expired session; mask of the wrong
 --        length) — nothing changes on an error; an expired session is left to the expirer.
 -- Example: session 7 wrote B, C; ARGV[2] = "b10" -> B serving (usage +bytes, B a leaf, its
 --          parent no longer one), C's location removed and queued on `del`; reply {1, 1}.
-if #KEYS ~= 8 or #ARGV ~= 2 then return redis.error_reply('finish_write_cache: expected 8 keys, 2 args') end
+if #KEYS ~= 8 or (#ARGV ~= 2 and #ARGV ~= 3) then return redis.error_reply('finish_write_cache: expected 8 keys, 2-3 args') end
+local expire = ARGV[3] == 'expire'
 local sess = redis.call('GET', KEYS[2])
 if not sess then
+  if expire then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return {1, 0}
+  end
   return {5, "write session '" .. ARGV[1] .. "' is unknown, already finished or already expired"}
 end
 local seq, deadline, n = struct.unpack('<I4I4I4', sess)
 local now = now_ms()
-if now >= deadline * 1000 then
+if expire then
+  if now < deadline * 1000 then return {1, -1} end
+  ARGV[2] = 'o0'
+elseif now >= deadline * 1000 then
   return {5, "write session '" .. ARGV[1] .. "' expired at unix time " .. deadline ..
              "; its blocks were not stored (start a new write)"}
 end

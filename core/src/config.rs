@@ -42,6 +42,24 @@ pub struct Config {
     pub event_log_path: String,
     pub event_log_max_bytes: u64,
     pub event_log_max_files: u32,
+    pub worker: WorkerConfig,
+}
+
+/// The `[worker]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    pub metrics_port: u16,
+    pub id: String,
+    pub discover_interval_ms: u64,
+    pub poll_interval_ms: u64,
+    pub reclaim_interval_ms: u64,
+    pub lease_ms: u64,
+    pub delete_batch: usize,
+    pub claim_idle_ms: u64,
+    pub max_delete_attempts: u64,
+    pub evict_batch: usize,
+    pub ttl_s: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -141,6 +159,22 @@ impl Config {
         }
         if self.event_log_max_bytes < 4096 {
             return bad("event_log_max_bytes", "must be at least 4096");
+        }
+        let w = &self.worker;
+        if w.discover_interval_ms == 0 || w.poll_interval_ms == 0 || w.reclaim_interval_ms == 0 {
+            return bad("worker", "intervals must be positive");
+        }
+        if w.lease_ms < 100 {
+            return bad("worker.lease_ms", "must be at least 100");
+        }
+        if !(1..=1000).contains(&w.delete_batch) {
+            return bad("worker.delete_batch", "must be within 1..=1000");
+        }
+        if !(1..=1000).contains(&w.evict_batch) {
+            return bad("worker.evict_batch", "must be within 1..=1000");
+        }
+        if w.max_delete_attempts == 0 {
+            return bad("worker.max_delete_attempts", "must be at least 1");
         }
         if !self.startup_config.is_empty() && !Path::new(&self.startup_config).is_file() {
             return bad("startup_config", &format!("file {} does not exist", self.startup_config));

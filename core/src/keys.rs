@@ -89,6 +89,14 @@ pub struct InstanceKeys {
     pub seq: String,
     /// Hash: packed file id → number of blocks written into it.
     pub files: String,
+    /// Stream: deletions that failed too often, with the reason.
+    pub del_dead: String,
+    /// Hash: deletion entry id → failed attempts (until it succeeds or is dead-lettered).
+    pub del_fail: String,
+    /// String: the reclaim lease (`<token>:<worker>`), set NX PX.
+    pub lease: String,
+    /// String counter handing out lease fencing tokens.
+    pub lease_seq: String,
 }
 
 impl InstanceKeys {
@@ -105,6 +113,10 @@ impl InstanceKeys {
             sessions: k("sessions"),
             seq: k("seq"),
             files: k("files"),
+            del_dead: k("del_dead"),
+            del_fail: k("del_fail"),
+            lease: k("lease"),
+            lease_seq: k("lease_seq"),
             prefix,
         }
     }
@@ -133,6 +145,13 @@ impl InstanceKeys {
             &self.files,
         ]
     }
+}
+
+/// The instance id a per-instance key belongs to, if it is one of `namespace`'s.
+pub fn instance_of_key<'a>(namespace: &str, key: &'a str) -> Option<&'a str> {
+    let rest = key.strip_prefix(namespace)?.strip_prefix(":v1:{i:")?;
+    let end = rest.find("}:")?;
+    Some(&rest[..end])
 }
 
 /// A block key as stored in Valkey: 8 bytes, big-endian.

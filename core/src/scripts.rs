@@ -67,13 +67,18 @@ scripts! {
     REGISTRY_REGISTER_INSTANCE => "registry_register_instance.lua",
     REGISTRY_REMOVE_INSTANCE => "registry_remove_instance.lua",
     REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
-    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua";
+    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
+    LEASE_ACQUIRE => "lease_acquire.lua",
+    LEASE_RELEASE => "lease_release.lua";
     data:
     START_WRITE_CACHE => "start_write_cache.lua",
     FINISH_WRITE_CACHE => "finish_write_cache.lua",
     REMOVE_CACHE => "remove_cache.lua",
     TRIM_ALL_CACHE => "trim_all_cache.lua",
     TRIM_ALL_META => "trim_all_meta.lua",
+    RELEASE_BLOCK => "release_block.lua",
+    EXPAND_TRASH => "expand_trash.lua",
+    EVICT => "evict.lua",
 }
 
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).

@@ -13,6 +13,7 @@
 pub mod finish_write_cache;
 pub mod get_cache_location;
 pub mod get_cache_meta;
+pub mod maintenance;
 pub mod record;
 pub mod remove_cache;
 pub mod start_write_cache;

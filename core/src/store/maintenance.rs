@@ -1,0 +1,115 @@
+//! Typed wrappers of the scripts the worker runs: expiring sessions, releasing deleted
+//! locations, expanding trimmed trash, evicting leaves under a fenced lease.
+
+use super::DataPlane;
+use crate::error::{Error, Result};
+use crate::keys::InstanceKeys;
+use crate::scripts;
+
+/// Which eviction index a policy walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictIndex {
+    /// Least recently used leaf first (leaf-aware LRU: suffixes before prefixes).
+    Lru,
+    /// Least frequently used leaf first.
+    Lfu,
+}
+
+impl DataPlane {
+    /// Fails up to `limit` of the instance's sessions past their deadline, like a finish with
+    /// no successes. Returns how many were expired.
+    pub async fn expire_sessions(&self, instance_id: &str, limit: usize) -> Result<usize> {
+        let keys = self.keys(instance_id);
+        let now = super::now_ms() / 1000;
+        let due: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&keys.sessions)
+            .arg("-inf")
+            .arg(now)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.conn())
+            .await?;
+        let mut expired = 0;
+        for id in due {
+            let session_key = keys.session(&id);
+            let r = self
+                .run(
+                    &scripts::FINISH_WRITE_CACHE,
+                    &[&keys.blocks, &session_key, &keys.sessions, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del],
+                    &[id.as_bytes(), b"o0", b"expire"],
+                )
+                .await?;
+            if super::first::<i64>(r)? >= 0 {
+                expired += 1;
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Removes a deleted location's metadata, releases its packed-file slot and acks its entry.
+    pub async fn release_block(&self, keys: &InstanceKeys, group: &str, id: &str, key: &[u8], loc: &[u8]) -> Result<()> {
+        self.run(&scripts::RELEASE_BLOCK, &[&keys.blocks, &keys.files, &keys.del], &[group.as_bytes(), id.as_bytes(), key, loc])
+            .await
+            .map(drop)
+    }
+
+    /// Queues up to `n` trash records as per-location entries. Returns whether the trash is done.
+    pub async fn expand_trash(&self, keys: &InstanceKeys, trash: &str, group: &str, id: &str, n: usize) -> Result<bool> {
+        let n = n.to_string();
+        let r = self.run(&scripts::EXPAND_TRASH, &[trash, &keys.del], &[group.as_bytes(), id.as_bytes(), n.as_bytes()]).await?;
+        let done: i64 = r.into_iter().nth(1).map(redis::from_redis_value).transpose()?.unwrap_or(0);
+        Ok(done == 1)
+    }
+
+    /// Takes or renews the reclaim lease on an instance; `None` when another worker holds it.
+    pub async fn lease_acquire(&self, instance_id: &str, worker: &str, ms: u64) -> Result<Option<String>> {
+        let keys = self.keys(instance_id);
+        let ms = ms.to_string();
+        match self.run(&scripts::LEASE_ACQUIRE, &[&keys.lease, &keys.lease_seq], &[worker.as_bytes(), ms.as_bytes()]).await {
+            Ok(r) => Ok(Some(super::first(r)?)),
+            Err(Error::Status { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the lease back if still held.
+    pub async fn lease_release(&self, instance_id: &str, lease: &str) -> Result<()> {
+        let keys = self.keys(instance_id);
+        self.run(&scripts::LEASE_RELEASE, &[&keys.lease], &[lease.as_bytes()]).await.map(drop)
+    }
+
+    /// Evicts up to `n` serving leaves by `index` (only those accessed before `before_ms`, and only
+    /// on `storage` when given), under `lease`. Returns (blocks, bytes) freed.
+    #[allow(clippy::too_many_arguments, reason = "one argument per script parameter")]
+    pub async fn evict(
+        &self,
+        instance_id: &str,
+        group_sizes: &[i64],
+        index: EvictIndex,
+        n: usize,
+        before_ms: Option<u64>,
+        storage: Option<u16>,
+        lease: &str,
+    ) -> Result<(i64, i64)> {
+        let keys = self.keys(instance_id);
+        let sizes = group_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        let index = match index {
+            EvictIndex::Lru => "lru",
+            EvictIndex::Lfu => "lfu",
+        };
+        let (n, before, storage) =
+            (n.to_string(), before_ms.map_or("inf".to_string(), |b| b.to_string()), storage.unwrap_or(0).to_string());
+        let r = self
+            .run(
+                &scripts::EVICT,
+                &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del, &keys.lease],
+                &[sizes.as_bytes(), index.as_bytes(), n.as_bytes(), before.as_bytes(), storage.as_bytes(), lease.as_bytes()],
+            )
+            .await?;
+        let mut it = r.into_iter();
+        let evicted: i64 = it.next().map(redis::from_redis_value).transpose()?.unwrap_or(0);
+        let freed: i64 = it.next().map(redis::from_redis_value).transpose()?.unwrap_or(0);
+        Ok((evicted, freed))
+    }
+}

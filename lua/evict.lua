@@ -1,0 +1,65 @@
+-- evict: reclaims up to N serving leaves, coldest first by the chosen index, marking them
+-- deleting, taking them out of usage and queueing their deletion — the same transition as
+-- removeCache. Evicting a leaf makes its parent a leaf (with the child's recency), so suffixes
+-- always go before their prefixes.
+--
+-- KEYS[1] blocks  KEYS[2] usage  KEYS[3] lru  KEYS[4] lfu  KEYS[5] itouch  KEYS[6] del
+-- KEYS[7] lease   the caller's reclaim lease (fencing: the call is refused if it is not theirs)
+-- ARGV[1] bytes per spec group, comma separated, index 0 = every spec
+-- ARGV[2] index: "lru" (least recent first) or "lfu" (least frequent first)
+-- ARGV[3] N, leaves per call (1..1000)
+-- ARGV[4] only leaves last accessed before this time (ms); "inf" for any (TTL uses a time)
+-- ARGV[5] only storage id ("0" for any)
+-- ARGV[6] the lease value the caller holds (`<token>:<worker>`)
+--
+-- Reply: {1, blocks evicted, bytes freed} | {5, message} (lease lost or bad argument)
+-- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
+--          when C went), lru = {A}; reply {1, 2, bytes}.
+if #KEYS ~= 7 or #ARGV ~= 6 then return redis.error_reply('evict: expected 7 keys, 6 args') end
+if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {5, 'reclaim lease lost'} end
+local sizes = {}
+for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
+local index = (ARGV[2] == 'lfu') and KEYS[4] or KEYS[3]
+if ARGV[2] ~= 'lru' and ARGV[2] ~= 'lfu' then return {5, 'index must be lru or lfu'} end
+local n = tonumber(ARGV[3])
+if not n or n < 1 or n > 1000 then return {5, 'N must be within 1..1000'} end
+local before = ARGV[4]
+local only = tonumber(ARGV[5]) or 0
+local K = {blocks = KEYS[1], usage = KEYS[2], lru = KEYS[3], lfu = KEYS[4], itouch = KEYS[5], del = KEYS[6]}
+local evicted, freed, scanned = 0, 0, 0
+while evicted < n and scanned < n * 4 do
+  local cand
+  if before ~= 'inf' and index == KEYS[3] then
+    cand = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before, 'LIMIT', scanned, 1)
+  else
+    cand = redis.call('ZRANGE', index, scanned, scanned)
+  end
+  if #cand == 0 then break end
+  local key = cand[1]
+  local rec = redis.call('HGET', K.blocks, key)
+  local hit = false
+  if rec then
+    for _, p in ipairs(locs(rec)) do
+      if loc_state(rec, p) == 'S' and (only == 0 or loc_storage(rec, p) == only) then
+        local bytes = sizes[loc_group(rec, p) + 1] or 0
+        usage_add(K, loc_storage(rec, p), -bytes, -1)
+        rec = set_state(rec, p, 'D')
+        queue_delete(K, key, loc_bytes(rec, p), 'evicted')
+        freed = freed + bytes
+        hit = true
+      end
+    end
+  end
+  if hit then
+    redis.call('HSET', K.blocks, key, rec)
+    unlink_serving(K, key, rec)
+    evicted = evicted + 1
+  elseif not rec or not has_state(rec, 'S') then
+    -- A stale index entry (the block is gone or no longer serving): drop it.
+    redis.call('ZREM', K.lru, key)
+    redis.call('ZREM', K.lfu, key)
+  else
+    scanned = scanned + 1 -- serving, but on another storage than the one being reclaimed
+  end
+end
+return {1, evicted, freed}

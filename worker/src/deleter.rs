@@ -1,0 +1,260 @@
+//! Deleter: consumer group `kvcm-deleters` over every instance's deletion stream.
+//!
+//! For each entry: wait until it is `delay_before_delete_ms` old, delete the data on the storage
+//! backend (idempotent: a missing file is success), then release the location's metadata and
+//! ack in one script — in that order, so a crash never loses a delete (the entry stays pending
+//! and another worker claims it after `claim_idle_ms`). Delivery is at-least-once; every step is
+//! idempotent. Entries failing `max_delete_attempts` times move to the instance's dead-letter
+//! stream with the error.
+//!
+//! Entry kinds: `k`/`l` (one location of one block), `f`/`l` (a packed file whose last block was
+//! released), `trash` (a trimmed blocks hash, expanded into `k`/`l` entries in batches).
+
+use crate::Worker;
+use kvcm_core::backend::Backend;
+use kvcm_core::keys::InstanceKeys;
+use kvcm_core::store::record::decode_location;
+use redis::streams::{StreamId, StreamReadReply};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub const GROUP: &str = "kvcm-deleters";
+
+/// What happened to one entry.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    NotDue,
+    Failed(String),
+}
+
+pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
+    for instance in crate::discovery::instances(w) {
+        process_instance(w, &instance).await?;
+    }
+    Ok(())
+}
+
+/// One pass over one instance's stream: claimed, own pending, then new entries. Returns how
+/// many entries were completed.
+pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usize> {
+    let keys = w.data.keys(instance);
+    let mut conn = w.conn.clone();
+    let exists: i64 = redis::cmd("EXISTS").arg(&keys.del).query_async(&mut conn).await?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    let created: redis::RedisResult<()> =
+        redis::cmd("XGROUP").arg("CREATE").arg(&keys.del).arg(GROUP).arg("0").arg("MKSTREAM").query_async(&mut conn).await;
+    if let Err(e) = created
+        && !e.to_string().contains("BUSYGROUP")
+    {
+        return Err(e.into());
+    }
+    let batch = w.config.worker.delete_batch;
+    let _: redis::Value = redis::cmd("XAUTOCLAIM")
+        .arg(&keys.del)
+        .arg(GROUP)
+        .arg(&w.id)
+        .arg(w.config.worker.claim_idle_ms)
+        .arg("0-0")
+        .arg("COUNT")
+        .arg(batch)
+        .query_async(&mut conn)
+        .await?;
+    let mut done = 0;
+    for from in ["0", ">"] {
+        let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(&w.id)
+            .arg("COUNT")
+            .arg(batch)
+            .arg("STREAMS")
+            .arg(&keys.del)
+            .arg(from)
+            .query_async(&mut conn)
+            .await?;
+        let entries: Vec<StreamId> = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).collect();
+        for entry in entries {
+            match handle(w, instance, &keys, &entry).await {
+                Outcome::Done => {
+                    done += 1;
+                    let _: redis::RedisResult<i64> = redis::cmd("HDEL").arg(&keys.del_fail).arg(&entry.id).query_async(&mut conn).await;
+                }
+                Outcome::NotDue => {}
+                Outcome::Failed(why) => fail(w, &keys, &entry, &why).await?,
+            }
+        }
+    }
+    let len: i64 = redis::cmd("XLEN").arg(&keys.del).query_async(&mut conn).await.unwrap_or(0);
+    w.metrics.stream_length.with_label_values(&[instance]).set(len);
+    Ok(done)
+}
+
+fn bytes(entry: &StreamId, field: &str) -> Option<Vec<u8>> {
+    match entry.map.get(field)? {
+        redis::Value::BulkString(b) => Some(b.clone()),
+        redis::Value::SimpleString(s) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
+async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamId) -> Outcome {
+    // delay_before_delete_ms of the instance's group (0 once the instance is gone).
+    let snap = w.registry.snapshot();
+    let delay = snap
+        .instances
+        .get(instance)
+        .and_then(|i| snap.groups.get(&i.instance_group_name))
+        .map(|g| g.cache_config.reclaim_strategy.delay_before_delete_ms.max(0) as u64)
+        .unwrap_or(0);
+    let queued_ms: u64 = entry.id.split('-').next().and_then(|t| t.parse().ok()).unwrap_or(0);
+    if queued_ms + delay > kvcm_core::store::now_ms() {
+        return Outcome::NotDue;
+    }
+    let reason = bytes(entry, "r").map(|r| String::from_utf8_lossy(&r).into_owned()).unwrap_or_default();
+    if let Some(trash) = bytes(entry, "trash") {
+        let trash = String::from_utf8_lossy(&trash).into_owned();
+        return match w.data.expand_trash(keys, &trash, GROUP, &entry.id, 256).await {
+            Ok(true) => Outcome::Done,
+            Ok(false) => Outcome::NotDue, // more batches next round; the entry stays pending
+            Err(e) => Outcome::Failed(e.to_string()),
+        };
+    }
+    let Some(loc_bytes) = bytes(entry, "l") else { return Outcome::Failed("entry has no location".into()) };
+    let Some((loc, _)) = decode_location(&loc_bytes, 0) else { return Outcome::Failed("undecodable location".into()) };
+    let Some(cfg) = kvcm_core::store::storage_of(&snap, loc.storage) else {
+        return Outcome::Failed(format!("storage id {} no longer exists in the registry; its data cannot be deleted", loc.storage));
+    };
+    let backend = Backend::of(cfg);
+    let storage = cfg.global_unique_name.clone();
+    if let Some(fid) = bytes(entry, "f") {
+        // A packed file whose blocks are all released: unlink it, then ack.
+        let Some(first) = fid.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_be_bytes) else {
+            return Outcome::Failed("bad packed file id".into());
+        };
+        if let Err(e) = unlink_everywhere(w, &backend, instance, first, &loc).await {
+            return Outcome::Failed(e);
+        }
+        let mut conn = w.conn.clone();
+        let acked: redis::RedisResult<()> = redis::pipe()
+            .cmd("XACK")
+            .arg(&keys.del)
+            .arg(GROUP)
+            .arg(&entry.id)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&keys.del)
+            .arg(&entry.id)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
+        return match acked {
+            Ok(()) => {
+                w.metrics.deletions.with_label_values(&[&storage, "file_released"]).inc();
+                Outcome::Done
+            }
+            Err(e) => Outcome::Failed(e.to_string()),
+        };
+    }
+    let Some(key_bytes) = bytes(entry, "k") else { return Outcome::Failed("entry has no block key".into()) };
+    let Some(key) = key_bytes.as_slice().try_into().ok().map(i64::from_be_bytes) else {
+        return Outcome::Failed("bad block key".into());
+    };
+    if loc.packed.is_none()
+        && let Err(e) = unlink_everywhere(w, &backend, instance, key, &loc).await
+    {
+        return Outcome::Failed(e);
+    }
+    match w.data.release_block(keys, GROUP, &entry.id, &key_bytes, &loc_bytes).await {
+        Ok(()) => {
+            w.metrics.deletions.with_label_values(&[&storage, &reason]).inc();
+            Outcome::Done
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+static MOONCAKE_NOTED: AtomicBool = AtomicBool::new(false);
+
+/// Deletes a block's (or packed file's) file in every spec directory of the instance. Missing
+/// files and directories are success (a redelivered entry finds them gone).
+async fn unlink_everywhere(
+    _w: &Worker,
+    backend: &Backend,
+    instance: &str,
+    key: i64,
+    loc: &kvcm_core::store::record::Location,
+) -> Result<(), String> {
+    let root = match backend {
+        Backend::File { root, .. } | Backend::Hf3fs { root, .. } => root.clone(),
+        Backend::Mooncake | Backend::Unsupported => {
+            if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
+                tracing::info!("deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured");
+            }
+            return Ok(());
+        }
+    };
+    let name = Backend::file_name(key, loc);
+    let dir = PathBuf::from(format!("{root}{instance}"));
+    tokio::task::spawn_blocking(move || {
+        let specs = match std::fs::read_dir(&dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
+        };
+        for spec in specs.flatten() {
+            let path = spec.path().join(&name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Counts a failure; after `max_delete_attempts` moves the entry to the dead-letter stream.
+async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> anyhow::Result<()> {
+    let mut conn = w.conn.clone();
+    let attempts: u64 = redis::cmd("HINCRBY").arg(&keys.del_fail).arg(&entry.id).arg(1).query_async(&mut conn).await?;
+    tracing::warn!(stream = %keys.del, id = %entry.id, attempts, error = %why, "deletion failed");
+    if attempts < w.config.worker.max_delete_attempts {
+        return Ok(());
+    }
+    let mut add = redis::cmd("XADD");
+    add.arg(&keys.del_dead).arg("*");
+    let fields: HashMap<&String, &redis::Value> = entry.map.iter().collect();
+    for (k, v) in fields {
+        if let redis::Value::BulkString(b) = v {
+            add.arg(k).arg(b);
+        }
+    }
+    add.arg("error").arg(why).arg("attempts").arg(attempts).arg("entry").arg(&entry.id);
+    let _: () = redis::pipe()
+        .add_command(add)
+        .ignore()
+        .cmd("XACK")
+        .arg(&keys.del)
+        .arg(GROUP)
+        .arg(&entry.id)
+        .ignore()
+        .cmd("XDEL")
+        .arg(&keys.del)
+        .arg(&entry.id)
+        .ignore()
+        .cmd("HDEL")
+        .arg(&keys.del_fail)
+        .arg(&entry.id)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    w.metrics.dead_letters.inc();
+    tracing::error!(stream = %keys.del, id = %entry.id, error = %why, "deletion moved to the dead-letter stream");
+    Ok(())
+}

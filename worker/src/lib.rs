@@ -1,0 +1,149 @@
+//! kvcm-worker: the background jobs of DESIGN §4, safe to run on any number of processes.
+//!
+//! * [`deleter`]: a consumer group over every instance's deletion stream — delete on storage,
+//!   then release the metadata and ack in one script; dead consumers' entries are claimed after
+//!   `claim_idle_ms`; entries failing `max_delete_attempts` times go to a dead-letter stream.
+//! * [`expirer`]: fails write sessions past their deadline, like a finish with no successes.
+//! * [`reclaimer`]: when a group's usage passes its watermark, evicts leaves by the group's policy
+//!   under a per-instance fenced lease, and publishes usage and quota gauges.
+//!
+//! Instances are found by scanning Valkey for their streams and session sets ([`discovery`]),
+//! so an instance removed from the registry still has its deletions finished. Each job is a
+//! step function over one instance, driven by a loop that adds timing and shutdown; tests call
+//! the steps directly or run whole processes.
+
+pub mod deleter;
+pub mod discovery;
+pub mod expirer;
+pub mod metrics;
+pub mod reclaimer;
+
+use anyhow::Context;
+use kvcm_core::config::Config;
+use kvcm_core::registry::Registry;
+use kvcm_core::store::DataPlane;
+use redis::cluster_async::ClusterConnection;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every job shares.
+#[derive(Clone)]
+pub struct Worker {
+    pub id: String,
+    pub config: Arc<Config>,
+    pub conn: ClusterConnection,
+    pub registry: Arc<Registry>,
+    pub data: DataPlane,
+    pub metrics: Arc<metrics::Metrics>,
+    pub instances: Arc<std::sync::RwLock<Vec<String>>>,
+}
+
+/// A built worker with its metrics listener bound.
+pub struct Server {
+    pub worker: Worker,
+    pub metrics_addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+}
+
+pub async fn build(config: Config) -> anyhow::Result<Server> {
+    let conn = kvcm_core::valkey::connect(&config)
+        .await
+        .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
+    let registry = Registry::open(conn.clone(), &config.namespace).await.context("cannot load the registry")?;
+    let data = DataPlane::new(conn.clone(), &config.namespace, config.limits());
+    let listener = tokio::net::TcpListener::bind((config.bind.as_str(), config.worker.metrics_port))
+        .await
+        .with_context(|| format!("cannot bind the worker metrics port {}", config.worker.metrics_port))?;
+    let id = if config.worker.id.is_empty() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    } else {
+        config.worker.id.clone()
+    };
+    let worker = Worker {
+        id,
+        config: Arc::new(config),
+        conn,
+        registry,
+        data,
+        metrics: metrics::Metrics::new(),
+        instances: Default::default(),
+    };
+    Ok(Server { metrics_addr: listener.local_addr()?, worker, listener })
+}
+
+impl Server {
+    /// Runs every job until `shutdown` completes; in-flight steps finish first.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let w = self.worker;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let cfg = w.config.worker.clone();
+        let mut jobs = Vec::new();
+        jobs.push(spawn_loop("discovery", rx.clone(), cfg.discover_interval_ms, w.clone(), |w| {
+            Box::pin(async move { discovery::refresh(&w).await })
+        }));
+        jobs.push(spawn_loop("deleter", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
+            Box::pin(async move { deleter::run_once(&w).await })
+        }));
+        jobs.push(spawn_loop("expirer", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
+            Box::pin(async move { expirer::run_once(&w).await })
+        }));
+        jobs.push(spawn_loop("reclaimer", rx.clone(), cfg.reclaim_interval_ms, w.clone(), |w| {
+            Box::pin(async move { reclaimer::run_once(&w).await })
+        }));
+        let app = metrics::router(w.metrics.clone());
+        let mut stop = rx.clone();
+        let http = tokio::spawn(
+            axum::serve(self.listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .into_future(),
+        );
+        shutdown.await;
+        tracing::info!("kvcm-worker shutting down");
+        let _ = tx.send(true);
+        for j in jobs {
+            let _ = j.await;
+        }
+        http.await??;
+        Ok(())
+    }
+}
+
+type Step = fn(Worker) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Runs `step` every `period_ms` until stopped; errors are logged (once per streak) and retried.
+fn spawn_loop(
+    name: &'static str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    period_ms: u64,
+    w: Worker,
+    step: Step,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            match step(w.clone()).await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!(job = name, "job recovered");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(job = name, error = %e, "job step failed; retrying");
+                }
+                Err(_) => {}
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(period_ms)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    })
+}

@@ -1,0 +1,92 @@
+//! The worker's Prometheus metrics, served on `GET /metrics` of the worker's metrics port:
+//! deletions per storage and reason, dead letters, expired sessions, evictions per policy and
+//! group, leases taken per instance, reclaim round duration, deletion stream lengths, and usage /
+//! quota / ratio gauges per group and storage type.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use kvcm_core::wire::StorageType;
+use kvcm_core::wire::admin::InstanceGroup;
+use prometheus::{Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub deletions: IntCounterVec,
+    pub dead_letters: IntCounter,
+    pub sessions_expired: IntCounter,
+    pub evictions: IntCounterVec,
+    pub leases: IntCounterVec,
+    pub reclaim_seconds: Histogram,
+    pub stream_length: IntGaugeVec,
+    pub usage: GaugeVec,
+    pub quota: GaugeVec,
+    pub ratio: GaugeVec,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let registry = Registry::new();
+        let cv = |n: &str, h: &str, l: &[&str]| IntCounterVec::new(Opts::new(n, h), l).expect("metric");
+        let gv = |n: &str, h: &str, l: &[&str]| GaugeVec::new(Opts::new(n, h), l).expect("metric");
+        let m = Metrics {
+            deletions: cv("kvcm_worker_deletions_total", "Locations deleted, per storage and reason", &["storage", "reason"]),
+            dead_letters: IntCounter::new("kvcm_worker_dead_letters_total", "Deletions moved to a dead-letter stream").expect("metric"),
+            sessions_expired: IntCounter::new("kvcm_worker_sessions_expired_total", "Write sessions failed at their deadline")
+                .expect("metric"),
+            evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
+            leases: cv("kvcm_worker_leases_total", "Reclaim leases this worker took, per instance", &["instance"]),
+            reclaim_seconds: Histogram::with_opts(HistogramOpts::new("kvcm_worker_reclaim_round_seconds", "Duration of one reclaim"))
+                .expect("metric"),
+            stream_length: IntGaugeVec::new(Opts::new("kvcm_worker_deletion_stream_length", "Entries in a deletion stream"), &["instance"])
+                .expect("metric"),
+            usage: gv("kvcm_group_usage_bytes", "Serving bytes per group and storage type (\"all\" = total)", &["group", "storage_type"]),
+            quota: gv("kvcm_group_quota_bytes", "Quota per group and storage type (\"all\" = total)", &["group", "storage_type"]),
+            ratio: gv("kvcm_group_usage_ratio", "Usage / quota per group and storage type", &["group", "storage_type"]),
+            registry,
+        };
+        for c in [
+            Box::new(m.deletions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(m.dead_letters.clone()),
+            Box::new(m.sessions_expired.clone()),
+            Box::new(m.evictions.clone()),
+            Box::new(m.leases.clone()),
+            Box::new(m.reclaim_seconds.clone()),
+            Box::new(m.stream_length.clone()),
+            Box::new(m.usage.clone()),
+            Box::new(m.quota.clone()),
+            Box::new(m.ratio.clone()),
+        ] {
+            m.registry.register(c).expect("unique metric");
+        }
+        Arc::new(m)
+    }
+
+    /// Publishes a group's usage, quota and ratio (total and per storage type).
+    pub fn publish_usage(&self, group: &InstanceGroup, total: i64, by_type: &HashMap<StorageType, i64>) {
+        let set = |ty: &str, used: i64, cap: i64| {
+            self.usage.with_label_values(&[&group.name, ty]).set(used as f64);
+            self.quota.with_label_values(&[&group.name, ty]).set(cap as f64);
+            if cap > 0 {
+                self.ratio.with_label_values(&[&group.name, ty]).set(used as f64 / cap as f64);
+            }
+        };
+        set("all", total, group.quota.capacity);
+        for q in &group.quota.quota_config {
+            set(q.storage_type.name(), by_type.get(&q.storage_type).copied().unwrap_or(0), q.capacity);
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+pub fn router(m: Arc<Metrics>) -> Router {
+    Router::new().route("/metrics", get(|State(m): State<Arc<Metrics>>| async move { m.render() })).with_state(m)
+}

@@ -1,0 +1,155 @@
+//! Reclaimer and usage aggregator. Every `reclaim_interval_ms`, for each instance group:
+//! sums its instances' usage (published as gauges), and when the total passes
+//! `trigger_strategy.used_percentage` of `quota.capacity` (or `used_size`), or one storage
+//! type passes that fraction of its `quota_config` capacity, evicts serving leaves by the
+//! group's `reclaim_policy` until usage is back under the watermark — only from storages of the
+//! over-quota type when only that type is over.
+//!
+//! Each instance is reclaimed under a fenced lease (`lease_acquire.lua`): two workers never
+//! evict the same instance at once, and a worker that lost its lease is refused by the evict
+//! script. Evictions run `evict_batch` leaves per script call, so no call holds Valkey long.
+//! Policies: POLICY_LRU (and unspecified) — least recently used leaf first, which is leaf-aware
+//! LRU (suffixes go before their prefixes); POLICY_LFU — least frequently used leaf first;
+//! POLICY_TTL — leaves not accessed for `ttl_s` first, then LRU.
+
+use crate::Worker;
+use kvcm_core::backend;
+use kvcm_core::registry::Snapshot;
+use kvcm_core::store::maintenance::EvictIndex;
+use kvcm_core::wire::StorageType;
+use kvcm_core::wire::admin::{InstanceGroup, ReclaimPolicy};
+use std::collections::HashMap;
+use std::time::Instant;
+
+pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
+    let snap = w.registry.snapshot();
+    for group in snap.groups.values() {
+        reclaim_group(w, &snap, group).await?;
+    }
+    Ok(())
+}
+
+/// Usage of one instance: bytes per storage id.
+type InstanceUsage = HashMap<u16, (i64, i64)>;
+
+/// The watermark of a capacity: the lower of `used_percentage × capacity` and `used_size`.
+fn watermark(group: &InstanceGroup, capacity: i64) -> Option<i64> {
+    let t = &group.cache_config.reclaim_strategy.trigger_strategy;
+    let by_pct = (capacity > 0 && t.used_percentage > 0.0).then(|| (t.used_percentage * capacity as f64) as i64);
+    let by_size = (t.used_size > 0).then_some(t.used_size);
+    match (by_pct, by_size) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// One group: publish usage, and reclaim what is over its watermarks. Returns bytes freed.
+pub async fn reclaim_group(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -> anyhow::Result<i64> {
+    let instances: Vec<&str> = snap
+        .instances
+        .values()
+        .filter(|i| i.instance_group_name == group.name)
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    let mut usage: Vec<(&str, InstanceUsage)> = Vec::with_capacity(instances.len());
+    for id in &instances {
+        usage.push((id, w.data.instance_usage(id).await?));
+    }
+    let type_of = |sid: u16| kvcm_core::store::storage_of(snap, sid).map(backend::storage_type);
+    let total: i64 = usage.iter().flat_map(|(_, u)| u.values()).map(|(b, _)| b).sum();
+    let mut by_type: HashMap<StorageType, i64> = HashMap::new();
+    for (_, u) in &usage {
+        for (sid, (b, _)) in u {
+            if let Some(t) = type_of(*sid) {
+                *by_type.entry(t).or_default() += b;
+            }
+        }
+    }
+    w.metrics.publish_usage(group, total, &by_type);
+    let mut freed = 0;
+    if let Some(wm) = watermark(group, group.quota.capacity)
+        && total > wm
+    {
+        freed += reclaim(w, snap, group, &usage, total - wm, None).await?;
+    }
+    for q in &group.quota.quota_config {
+        let used = by_type.get(&q.storage_type).copied().unwrap_or(0);
+        if let Some(wm) = watermark(group, q.capacity)
+            && q.capacity > 0
+            && used > wm
+        {
+            freed += reclaim(w, snap, group, &usage, used - wm, Some(q.storage_type)).await?;
+        }
+    }
+    Ok(freed)
+}
+
+/// Evicts at least `need` bytes from the group's instances (largest first), optionally only
+/// from storages of one type.
+async fn reclaim(
+    w: &Worker,
+    snap: &Snapshot,
+    group: &InstanceGroup,
+    usage: &[(&str, InstanceUsage)],
+    need: i64,
+    only_type: Option<StorageType>,
+) -> anyhow::Result<i64> {
+    let started = Instant::now();
+    let policy = group.cache_config.reclaim_strategy.reclaim_policy;
+    let mut order: Vec<&(&str, InstanceUsage)> = usage.iter().collect();
+    order.sort_by_key(|(_, u)| -u.values().map(|(b, _)| b).sum::<i64>());
+    let mut freed = 0;
+    'instances: for (instance, per_storage) in order {
+        let storages: Vec<Option<u16>> = match only_type {
+            None => vec![None],
+            Some(t) => per_storage
+                .keys()
+                .filter(|sid| kvcm_core::store::storage_of(snap, **sid).map(backend::storage_type) == Some(t))
+                .map(|s| Some(*s))
+                .collect(),
+        };
+        let Some(inst) = snap.instances.get(*instance) else { continue };
+        let sizes = backend::group_sizes(inst);
+        let Some(lease) = w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await? else {
+            continue; // another worker is reclaiming this instance
+        };
+        w.metrics.leases.with_label_values(&[instance]).inc();
+        for storage in storages {
+            let ttl_cutoff = kvcm_core::store::now_ms().saturating_sub(w.config.worker.ttl_s * 1000);
+            let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
+                ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
+                ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],
+                _ => vec![(EvictIndex::Lru, None)],
+            };
+            for (index, before) in passes {
+                while freed < need {
+                    // Renew the lease between batches; losing it stops this worker at once.
+                    if w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await?.as_deref() != Some(&lease) {
+                        continue 'instances;
+                    }
+                    let (n, bytes) = match w
+                        .data
+                        .evict(instance, &sizes, index, w.config.worker.evict_batch, before, storage, &lease)
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(kvcm_core::Error::Status { .. }) => continue 'instances, // lease lost
+                        Err(e) => return Err(e.into()),
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    freed += bytes;
+                    w.metrics.evictions.with_label_values(&[policy.name(), &group.name]).inc_by(n as u64);
+                }
+            }
+        }
+        w.data.lease_release(instance, &lease).await?;
+        if freed >= need {
+            break;
+        }
+    }
+    w.metrics.reclaim_seconds.observe(started.elapsed().as_secs_f64());
+    tracing::info!(group = %group.name, need, freed, "reclaimed");
+    Ok(freed)
+}
