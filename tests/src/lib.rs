@@ -193,6 +193,73 @@ impl Drop for Api {
     }
 }
 
+/// A running `kvcm-worker` process. Killed on drop.
+pub struct WorkerProc {
+    child: Child,
+    pub metrics: String,
+    pub log: PathBuf,
+}
+
+impl WorkerProc {
+    /// Starts kvcm-worker in `namespace` with fast test intervals and extra `KVCM_*` variables.
+    pub fn start(namespace: &str, env: &[(&str, &str)]) -> WorkerProc {
+        let logs = repo_root().join(".kvcm/test-logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = logs.join(format!("{namespace}-worker-{:04x}.log", fastrand::u16(..)));
+        let mut cmd = Command::new(bin_path("kvcm-worker"));
+        cmd.env("KVCM_WORKER__METRICS_PORT", "0")
+            .env("KVCM_WORKER__DISCOVER_INTERVAL_MS", "200")
+            .env("KVCM_WORKER__POLL_INTERVAL_MS", "100")
+            .env("KVCM_WORKER__RECLAIM_INTERVAL_MS", "200")
+            .env("KVCM_VALKEY_URL", valkey_url())
+            .env("KVCM_NAMESPACE", namespace)
+            .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn kvcm-worker");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let Some(metrics) = line.split_whitespace().find_map(|w| w.strip_prefix("metrics=")).map(str::to_string) else {
+            let _ = child.kill();
+            panic!("kvcm-worker did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        };
+        WorkerProc { child, metrics, log }
+    }
+
+    /// The value of one metric line (name with labels, as printed), or 0.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.metrics)).await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+    }
+
+    /// SIGKILL, no cleanup: what a crash looks like.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Per-instance key name `<ns>:v1:{i:<id>}:<name>`.
+pub fn instance_key(namespace: &str, instance: &str, name: &str) -> String {
+    format!("{namespace}:v1:{{i:{instance}}}:{name}")
+}
+
 /// The status code name of a reply.
 pub fn code(reply: &Value) -> &str {
     reply["header"]["status"]["code"].as_str().unwrap_or("<no code>")

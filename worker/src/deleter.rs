@@ -45,8 +45,14 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
     if exists == 0 {
         return Ok(0);
     }
-    let created: redis::RedisResult<()> =
-        redis::cmd("XGROUP").arg("CREATE").arg(&keys.del).arg(GROUP).arg("0").arg("MKSTREAM").query_async(&mut conn).await;
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&keys.del)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await;
     if let Err(e) = created
         && !e.to_string().contains("BUSYGROUP")
     {
@@ -81,7 +87,8 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
             match handle(w, instance, &keys, &entry).await {
                 Outcome::Done => {
                     done += 1;
-                    let _: redis::RedisResult<i64> = redis::cmd("HDEL").arg(&keys.del_fail).arg(&entry.id).query_async(&mut conn).await;
+                    let _: redis::RedisResult<i64> =
+                        redis::cmd("HDEL").arg(&keys.del_fail).arg(&entry.id).query_async(&mut conn).await;
                 }
                 Outcome::NotDue => {}
                 Outcome::Failed(why) => fail(w, &keys, &entry, &why).await?,
@@ -126,7 +133,10 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
     let Some(loc_bytes) = bytes(entry, "l") else { return Outcome::Failed("entry has no location".into()) };
     let Some((loc, _)) = decode_location(&loc_bytes, 0) else { return Outcome::Failed("undecodable location".into()) };
     let Some(cfg) = kvcm_core::store::storage_of(&snap, loc.storage) else {
-        return Outcome::Failed(format!("storage id {} no longer exists in the registry; its data cannot be deleted", loc.storage));
+        return Outcome::Failed(format!(
+            "storage id {} no longer exists in the registry; its data cannot be deleted",
+            loc.storage
+        ));
     };
     let backend = Backend::of(cfg);
     let storage = cfg.global_unique_name.clone();
@@ -192,7 +202,9 @@ async fn unlink_everywhere(
         Backend::File { root, .. } | Backend::Hf3fs { root, .. } => root.clone(),
         Backend::Mooncake | Backend::Unsupported => {
             if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
-                tracing::info!("deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured");
+                tracing::info!(
+                    "deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured"
+                );
             }
             return Ok(());
         }

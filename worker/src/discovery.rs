@@ -14,10 +14,12 @@ pub async fn refresh(w: &Worker) -> anyhow::Result<()> {
     for line in nodes.lines().filter(|l| l.contains("master") && !l.contains("fail")) {
         let Some(addr) = line.split_whitespace().nth(1).and_then(|a| a.split('@').next()) else { continue };
         let scheme = if w.config.valkey_url.starts_with("rediss://") { "rediss" } else { "redis" };
-        let url = match w.config.valkey_urls().first().and_then(|u| u.split_once("://")).and_then(|(_, r)| r.split_once('@')) {
-            Some((auth, _)) => format!("{scheme}://{auth}@{addr}"),
-            None => format!("{scheme}://{addr}"),
-        };
+        let url =
+            match w.config.valkey_urls().first().and_then(|u| u.split_once("://")).and_then(|(_, r)| r.split_once('@'))
+            {
+                Some((auth, _)) => format!("{scheme}://{auth}@{addr}"),
+                None => format!("{scheme}://{addr}"),
+            };
         let mut node = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
         for pattern in [format!("{ns}:v1:{{i:*}}:del"), format!("{ns}:v1:{{i:*}}:sessions")] {
             let mut cursor: u64 = 0;

@@ -33,18 +33,40 @@ impl Metrics {
         let cv = |n: &str, h: &str, l: &[&str]| IntCounterVec::new(Opts::new(n, h), l).expect("metric");
         let gv = |n: &str, h: &str, l: &[&str]| GaugeVec::new(Opts::new(n, h), l).expect("metric");
         let m = Metrics {
-            deletions: cv("kvcm_worker_deletions_total", "Locations deleted, per storage and reason", &["storage", "reason"]),
-            dead_letters: IntCounter::new("kvcm_worker_dead_letters_total", "Deletions moved to a dead-letter stream").expect("metric"),
-            sessions_expired: IntCounter::new("kvcm_worker_sessions_expired_total", "Write sessions failed at their deadline")
+            deletions: cv(
+                "kvcm_worker_deletions_total",
+                "Locations deleted, per storage and reason",
+                &["storage", "reason"],
+            ),
+            dead_letters: IntCounter::new("kvcm_worker_dead_letters_total", "Deletions moved to a dead-letter stream")
                 .expect("metric"),
+            sessions_expired: IntCounter::new(
+                "kvcm_worker_sessions_expired_total",
+                "Write sessions failed at their deadline",
+            )
+            .expect("metric"),
             evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
             leases: cv("kvcm_worker_leases_total", "Reclaim leases this worker took, per instance", &["instance"]),
-            reclaim_seconds: Histogram::with_opts(HistogramOpts::new("kvcm_worker_reclaim_round_seconds", "Duration of one reclaim"))
-                .expect("metric"),
-            stream_length: IntGaugeVec::new(Opts::new("kvcm_worker_deletion_stream_length", "Entries in a deletion stream"), &["instance"])
-                .expect("metric"),
-            usage: gv("kvcm_group_usage_bytes", "Serving bytes per group and storage type (\"all\" = total)", &["group", "storage_type"]),
-            quota: gv("kvcm_group_quota_bytes", "Quota per group and storage type (\"all\" = total)", &["group", "storage_type"]),
+            reclaim_seconds: Histogram::with_opts(HistogramOpts::new(
+                "kvcm_worker_reclaim_round_seconds",
+                "Duration of one reclaim",
+            ))
+            .expect("metric"),
+            stream_length: IntGaugeVec::new(
+                Opts::new("kvcm_worker_deletion_stream_length", "Entries in a deletion stream"),
+                &["instance"],
+            )
+            .expect("metric"),
+            usage: gv(
+                "kvcm_group_usage_bytes",
+                "Serving bytes per group and storage type (\"all\" = total)",
+                &["group", "storage_type"],
+            ),
+            quota: gv(
+                "kvcm_group_quota_bytes",
+                "Quota per group and storage type (\"all\" = total)",
+                &["group", "storage_type"],
+            ),
             ratio: gv("kvcm_group_usage_ratio", "Usage / quota per group and storage type", &["group", "storage_type"]),
             registry,
         };

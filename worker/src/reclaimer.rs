@@ -35,7 +35,7 @@ type InstanceUsage = HashMap<u16, (i64, i64)>;
 /// The watermark of a capacity: the lower of `used_percentage × capacity` and `used_size`.
 fn watermark(group: &InstanceGroup, capacity: i64) -> Option<i64> {
     let t = &group.cache_config.reclaim_strategy.trigger_strategy;
-    let by_pct = (capacity > 0 && t.used_percentage > 0.0).then(|| (t.used_percentage * capacity as f64) as i64);
+    let by_pct = (capacity > 0 && t.used_percentage > 0.0).then_some((t.used_percentage * capacity as f64) as i64);
     let by_size = (t.used_size > 0).then_some(t.used_size);
     match (by_pct, by_size) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -124,12 +124,22 @@ async fn reclaim(
             for (index, before) in passes {
                 while freed < need {
                     // Renew the lease between batches; losing it stops this worker at once.
-                    if w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await?.as_deref() != Some(&lease) {
+                    if w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await?.as_deref() != Some(&lease)
+                    {
                         continue 'instances;
                     }
                     let (n, bytes) = match w
                         .data
-                        .evict(instance, &sizes, index, w.config.worker.evict_batch, before, storage, &lease)
+                        .evict(
+                            instance,
+                            &sizes,
+                            index,
+                            w.config.worker.evict_batch,
+                            before,
+                            storage,
+                            &lease,
+                            need - freed,
+                        )
                         .await
                     {
                         Ok(r) => r,

@@ -36,7 +36,16 @@ impl DataPlane {
             let r = self
                 .run(
                     &scripts::FINISH_WRITE_CACHE,
-                    &[&keys.blocks, &session_key, &keys.sessions, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del],
+                    &[
+                        &keys.blocks,
+                        &session_key,
+                        &keys.sessions,
+                        &keys.usage,
+                        &keys.lru,
+                        &keys.lfu,
+                        &keys.itouch,
+                        &keys.del,
+                    ],
                     &[id.as_bytes(), b"o0", b"expire"],
                 )
                 .await?;
@@ -48,16 +57,36 @@ impl DataPlane {
     }
 
     /// Removes a deleted location's metadata, releases its packed-file slot and acks its entry.
-    pub async fn release_block(&self, keys: &InstanceKeys, group: &str, id: &str, key: &[u8], loc: &[u8]) -> Result<()> {
-        self.run(&scripts::RELEASE_BLOCK, &[&keys.blocks, &keys.files, &keys.del], &[group.as_bytes(), id.as_bytes(), key, loc])
-            .await
-            .map(drop)
+    pub async fn release_block(
+        &self,
+        keys: &InstanceKeys,
+        group: &str,
+        id: &str,
+        key: &[u8],
+        loc: &[u8],
+    ) -> Result<()> {
+        self.run(
+            &scripts::RELEASE_BLOCK,
+            &[&keys.blocks, &keys.files, &keys.del],
+            &[group.as_bytes(), id.as_bytes(), key, loc],
+        )
+        .await
+        .map(drop)
     }
 
     /// Queues up to `n` trash records as per-location entries. Returns whether the trash is done.
-    pub async fn expand_trash(&self, keys: &InstanceKeys, trash: &str, group: &str, id: &str, n: usize) -> Result<bool> {
+    pub async fn expand_trash(
+        &self,
+        keys: &InstanceKeys,
+        trash: &str,
+        group: &str,
+        id: &str,
+        n: usize,
+    ) -> Result<bool> {
         let n = n.to_string();
-        let r = self.run(&scripts::EXPAND_TRASH, &[trash, &keys.del], &[group.as_bytes(), id.as_bytes(), n.as_bytes()]).await?;
+        let r = self
+            .run(&scripts::EXPAND_TRASH, &[trash, &keys.del], &[group.as_bytes(), id.as_bytes(), n.as_bytes()])
+            .await?;
         let done: i64 = r.into_iter().nth(1).map(redis::from_redis_value).transpose()?.unwrap_or(0);
         Ok(done == 1)
     }
@@ -66,7 +95,10 @@ impl DataPlane {
     pub async fn lease_acquire(&self, instance_id: &str, worker: &str, ms: u64) -> Result<Option<String>> {
         let keys = self.keys(instance_id);
         let ms = ms.to_string();
-        match self.run(&scripts::LEASE_ACQUIRE, &[&keys.lease, &keys.lease_seq], &[worker.as_bytes(), ms.as_bytes()]).await {
+        match self
+            .run(&scripts::LEASE_ACQUIRE, &[&keys.lease, &keys.lease_seq], &[worker.as_bytes(), ms.as_bytes()])
+            .await
+        {
             Ok(r) => Ok(Some(super::first(r)?)),
             Err(Error::Status { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -80,7 +112,8 @@ impl DataPlane {
     }
 
     /// Evicts up to `n` serving leaves by `index` (only those accessed before `before_ms`, and only
-    /// on `storage` when given), under `lease`. Returns (blocks, bytes) freed.
+    /// on `storage` when given), under `lease`, stopping once `budget` bytes are freed (0 = no
+    /// byte limit). Returns (blocks, bytes) freed.
     #[allow(clippy::too_many_arguments, reason = "one argument per script parameter")]
     pub async fn evict(
         &self,
@@ -91,6 +124,7 @@ impl DataPlane {
         before_ms: Option<u64>,
         storage: Option<u16>,
         lease: &str,
+        budget: i64,
     ) -> Result<(i64, i64)> {
         let keys = self.keys(instance_id);
         let sizes = group_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
@@ -98,13 +132,25 @@ impl DataPlane {
             EvictIndex::Lru => "lru",
             EvictIndex::Lfu => "lfu",
         };
-        let (n, before, storage) =
-            (n.to_string(), before_ms.map_or("inf".to_string(), |b| b.to_string()), storage.unwrap_or(0).to_string());
+        let (n, before, storage, budget) = (
+            n.to_string(),
+            before_ms.map_or("inf".to_string(), |b| b.to_string()),
+            storage.unwrap_or(0).to_string(),
+            budget.max(0).to_string(),
+        );
         let r = self
             .run(
                 &scripts::EVICT,
                 &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del, &keys.lease],
-                &[sizes.as_bytes(), index.as_bytes(), n.as_bytes(), before.as_bytes(), storage.as_bytes(), lease.as_bytes()],
+                &[
+                    sizes.as_bytes(),
+                    index.as_bytes(),
+                    n.as_bytes(),
+                    before.as_bytes(),
+                    storage.as_bytes(),
+                    lease.as_bytes(),
+                    budget.as_bytes(),
+                ],
             )
             .await?;
         let mut it = r.into_iter();

@@ -1,0 +1,245 @@
+//! kvcm-worker through real processes: deletions really free files, abandoned writes are
+//! cleaned up, reclamation brings usage back under the watermark by policy, and a killed worker's
+//! work is finished by another. Every wait polls with a deadline.
+
+use kvcm_tests::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Writes `keys` as one prompt and creates the files the engine would; returns the file paths.
+async fn write_files(fx: &Fixture, keys: &[i64]) -> Vec<PathBuf> {
+    let s = fx.start(keys).await;
+    assert_eq!(code(&s), "OK", "{s}");
+    let mut paths = Vec::new();
+    for loc in s["locations"].as_array().unwrap() {
+        for spec in loc["location_specs"].as_array().unwrap() {
+            let p = file_path(spec["uri"].as_str().unwrap());
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, b"kv").unwrap();
+            paths.push(p);
+        }
+    }
+    let n = s["locations"].as_array().unwrap().len();
+    assert_ok(&(200, fx.finish(&s, json!({"offset": n})).await));
+    paths
+}
+
+async fn int(cmd: &str, key: &str) -> i64 {
+    let mut c = valkey().await;
+    redis::cmd(cmd).arg(key).query_async(&mut c).await.unwrap()
+}
+
+async fn wait_until<F, Fut>(what: &str, secs: u64, f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut f = f;
+    let ok = eventually(Duration::from_secs(secs), || {
+        let fut = f();
+        async move { fut.await.then_some(()) }
+    })
+    .await;
+    assert!(ok.is_some(), "timed out waiting until {what}");
+}
+
+#[tokio::test]
+async fn removed_blocks_lose_their_files_and_their_metadata() {
+    let fx = Fixture::new(&[("tp0", 2), ("tp1", 2)], 1, json!({})).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let paths = write_files(&fx, &[1, 2, 3]).await;
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2, 3]})).await);
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("the deletion stream is drained", 10, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(paths[0].exists() && paths[1].exists(), "block 1 (both specs) is kept");
+    assert!(paths[2..].iter().all(|p| !p.exists()), "blocks 2 and 3 are gone from disk");
+    assert_eq!(int("HLEN", &blocks).await, 1, "their metadata is gone too");
+}
+
+#[tokio::test]
+async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let (_, s) = fx
+        .api
+        .meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [7, 8], "write_timeout_seconds": 1}))
+        .await;
+    let p = file_path(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap());
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, b"half-written").unwrap();
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    let sessions = instance_key(&fx.api.namespace, &fx.instance, "sessions");
+    // Timeout 1 s (+ up to 1 s of whole-second rounding) + one 100 ms sweep + slack.
+    wait_until("the session is expired and its blocks deleted", 4, || async {
+        int("ZCARD", &sessions).await == 0 && int("HLEN", &blocks).await == 0 && !p.exists()
+    })
+    .await;
+    // The keys can be written again.
+    assert_eq!(fx.start(&[7, 8]).await["locations"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn trimming_everything_deletes_every_file_through_the_trash() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let mut paths = write_files(&fx, &[1, 2, 3, 4]).await;
+    paths.extend(write_files(&fx, &[10, 11]).await);
+    assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("every file is deleted", 10, || async { paths.iter().all(|p| !p.exists()) }).await;
+    wait_until("the stream is drained", 10, || async { int("XLEN", &del).await == 0 }).await;
+}
+
+#[tokio::test]
+async fn a_packed_file_is_unlinked_only_with_its_last_block() {
+    let fx = Fixture::new(&[("tp0", 2)], 4, json!({})).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let paths = write_files(&fx, &[1, 2, 3, 4]).await;
+    let file = paths[0].clone();
+    assert!(paths.iter().all(|p| *p == file), "one packed file");
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2, 3, 4]})).await);
+    wait_until("three releases are processed", 10, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(file.exists(), "block 1 still lives in the file");
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[1], json!({})).await), vec![true]);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
+    wait_until("the file goes with its last block", 10, || async { !file.exists() }).await;
+}
+
+fn quota_group(capacity: i64, policy: &str) -> Value {
+    json!({"quota": {"capacity": capacity},
+           "cache_config": {"reclaim_strategy": {"reclaim_policy": policy, "trigger_strategy": {"used_percentage": 0.5}}}})
+}
+
+async fn usage_bytes(fx: &Fixture) -> i64 {
+    let mut c = valkey().await;
+    let u: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(instance_key(&fx.api.namespace, &fx.instance, "usage"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    u.iter().filter(|(k, _)| k.starts_with('b')).map(|(_, v)| v).sum()
+}
+
+#[tokio::test]
+async fn reclamation_brings_usage_under_the_watermark_and_frees_the_evicted_files() {
+    // 16 blocks of 10 bytes = 160 bytes; quota 200, watermark 50% = 100 bytes.
+    let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_LRU")).await;
+    let old = write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
+    let new = write_files(&fx, &(101..=108).collect::<Vec<_>>()).await;
+    fx.get("QT_PREFIX_MATCH", &(101..=108).collect::<Vec<_>>(), json!({})).await; // the newer prompt is hot
+    let w = WorkerProc::start(&fx.api.namespace, &[]);
+    wait_until("usage is under the watermark", 10, || async { usage_bytes(&fx).await <= 100 }).await;
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("evicted blocks are deleted", 10, || async { int("XLEN", &del).await == 0 }).await;
+    let kept = Fixture::real(&fx.get("QT_BATCH_GET", &(1..=8).chain(101..=108).collect::<Vec<_>>(), json!({})).await);
+    let (old_kept, new_kept) = (&kept[..8], &kept[8..]);
+    assert_eq!(new_kept, vec![true; 8], "LRU keeps the recently read prompt");
+    assert!(old_kept.iter().filter(|k| **k).count() <= 2, "{old_kept:?}");
+    // Leaf-aware: what is kept of the old prompt is a prefix of it.
+    let first_gap = old_kept.iter().position(|k| !k).unwrap_or(8);
+    assert!(old_kept[first_gap..].iter().all(|k| !k), "suffixes go before their prefixes: {old_kept:?}");
+    for (i, p) in old.iter().enumerate() {
+        assert_eq!(p.exists(), old_kept[i], "file of old block {i} matches its metadata");
+    }
+    assert!(new.iter().all(|p| p.exists()), "kept files are intact");
+    assert!(w.metric("kvcm_worker_evictions_total{group=\"g\",policy=\"POLICY_LRU\"}").await >= 6.0);
+}
+
+#[tokio::test]
+async fn lfu_keeps_the_frequently_read_prompt() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_LFU")).await;
+    write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
+    write_files(&fx, &(101..=108).collect::<Vec<_>>()).await;
+    for _ in 0..5 {
+        fx.get("QT_PREFIX_MATCH", &(1..=8).collect::<Vec<_>>(), json!({})).await; // old but popular
+    }
+    let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
+    wait_until("the reads are counted", 5, || async {
+        let mut c = valkey().await;
+        let s: Option<f64> =
+            redis::cmd("ZSCORE").arg(&lfu).arg(&8i64.to_be_bytes()[..]).query_async(&mut c).await.unwrap();
+        s == Some(6.0)
+    })
+    .await;
+    fx.get("QT_PREFIX_MATCH", &(101..=108).collect::<Vec<_>>(), json!({})).await; // newer, read once
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    wait_until("usage is under the watermark", 10, || async { usage_bytes(&fx).await <= 100 }).await;
+    let kept = Fixture::real(&fx.get("QT_BATCH_GET", &(1..=8).chain(101..=108).collect::<Vec<_>>(), json!({})).await);
+    assert_eq!(&kept[..8], vec![true; 8], "LFU keeps the frequently read prompt: {kept:?}");
+}
+
+#[tokio::test]
+async fn ttl_drops_blocks_not_read_within_the_ttl_first() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_TTL")).await;
+    write_files(&fx, &(101..=108).collect::<Vec<_>>()).await; // stale: older than the 1 s TTL
+    let stale_until = std::time::Instant::now() + Duration::from_millis(1200);
+    while std::time::Instant::now() < stale_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__TTL_S", "1")]);
+    wait_until("usage is under the watermark", 10, || async { usage_bytes(&fx).await <= 100 }).await;
+    let kept = Fixture::real(&fx.get("QT_BATCH_GET", &(1..=8).chain(101..=108).collect::<Vec<_>>(), json!({})).await);
+    assert_eq!(&kept[..8], vec![true; 8], "fresh blocks are kept while stale ones remain: {kept:?}");
+    assert_eq!(
+        kept[8..].iter().filter(|k| !**k).count(),
+        6,
+        "exactly the 60 bytes over the watermark go, all stale: {kept:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_workers_deletions_are_finished_by_another() {
+    // Deletions wait 1.5 s; worker A takes them (pending, not yet due) and is killed -9.
+    let fx =
+        Fixture::new(&[("tp0", 2)], 1, json!({"cache_config": {"reclaim_strategy": {"delay_before_delete_ms": 1500}}}))
+            .await;
+    let paths = write_files(&fx, &[1, 2, 3]).await;
+    let a = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__ID", "worker-a")]);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2, 3]})).await);
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("worker A holds the entries", 5, || async {
+        let mut c = valkey().await;
+        let p: redis::Value = redis::cmd("XPENDING")
+            .arg(&del)
+            .arg("kvcm-deleters")
+            .query_async(&mut c)
+            .await
+            .unwrap_or(redis::Value::Nil);
+        matches!(p, redis::Value::Array(ref v) if matches!(v.first(), Some(redis::Value::Int(3))))
+    })
+    .await;
+    a.kill9();
+    assert!(paths.iter().all(|p| p.exists()), "nothing was deleted before the delay");
+    let _b =
+        WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__ID", "worker-b"), ("KVCM_WORKER__CLAIM_IDLE_MS", "300")]);
+    wait_until("worker B finished A's deletions", 10, || async {
+        int("XLEN", &del).await == 0 && paths.iter().all(|p| !p.exists())
+    })
+    .await;
+    assert_eq!(int("HLEN", &instance_key(&fx.api.namespace, &fx.instance, "blocks")).await, 0, "no metadata leaked");
+    let dead = instance_key(&fx.api.namespace, &fx.instance, "del_dead");
+    assert_eq!(int("XLEN", &dead).await, 0, "no deletion failed");
+}
+
+#[tokio::test]
+async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let paths = write_files(&fx, &[1]).await;
+    // Make the file undeletable: replace it with a non-empty directory.
+    std::fs::remove_file(&paths[0]).unwrap();
+    std::fs::create_dir_all(paths[0].join("x")).unwrap();
+    let _w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__MAX_DELETE_ATTEMPTS", "3")]);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
+    let dead = instance_key(&fx.api.namespace, &fx.instance, "del_dead");
+    wait_until("the entry is dead-lettered", 10, || async { int("XLEN", &dead).await == 1 }).await;
+    let mut c = valkey().await;
+    let entries: Vec<redis::Value> =
+        redis::cmd("XRANGE").arg(&dead).arg("-").arg("+").query_async(&mut c).await.unwrap();
+    let text = format!("{entries:?}");
+    assert!(text.contains("cannot delete"), "{text}");
+    assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del")).await, 0);
+}
