@@ -25,7 +25,7 @@ build:
 	cargo build --workspace --bins
 
 build-release:
-	cargo build --release --bins -p kvcm-api
+	cargo build --release --bins -p kvcm-api -p kvcm-worker
 
 lint:
 	cargo fmt --all -- --check

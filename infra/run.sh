@@ -2,7 +2,7 @@
 # `make run`: a local kvcm on an embedded default configuration.
 #
 # Starts a 3-primary Valkey cluster (ports KVCM_VALKEY_BASE_PORT.., default 7001..7003), then
-# kvcm-api with a startup config that creates a `file` storage `local_file` under
+# kvcm-api and kvcm-worker with a startup config that creates a `file` storage `local_file` under
 # .kvcm/data/local_file/ and an instance group `default`, prints the URLs and serves in the
 # foreground. Ctrl-C / SIGTERM stops every process and the cluster.
 #
@@ -52,6 +52,9 @@ export KVCM_STARTUP_CONFIG="$startup"
 "$bin/kvcm-api" &
 pids+=($!)
 log "kvcm-api pid ${pids[-1]}; Valkey at $KVCM_VALKEY_URL; data under $data"
+"$bin/kvcm-worker" &
+pids+=($!)
+log "kvcm-worker pid ${pids[-1]}; metrics on http://127.0.0.1:${KVCM_WORKER__METRICS_PORT:-6592}/metrics"
 log "meta plane:  http://127.0.0.1:${KVCM_META_PORT:-6382}   admin plane: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}   metrics: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}/metrics"
 log "press Ctrl-C to stop"
 # Serve until any process exits or we are signalled.

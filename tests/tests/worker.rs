@@ -243,3 +243,68 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     assert!(text.contains("cannot delete"), "{text}");
     assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del")).await, 0);
 }
+
+#[tokio::test]
+async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
+    write_files(&fx, &[1, 2, 3]).await;
+    let conn = {
+        let c = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap();
+        c.get_async_connection().await.unwrap()
+    };
+    let limits = kvcm_core::store::Limits {
+        max_keys_per_request: 100,
+        write_timeout_default_s: 30,
+        write_timeout_max_s: 60,
+        usage_cache_ms: 1000,
+    };
+    let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
+    let a = data.lease_acquire(&fx.instance, "a", 300).await.unwrap().expect("a takes the lease");
+    assert_eq!(data.lease_acquire(&fx.instance, "b", 300).await.unwrap(), None, "b is excluded while a holds it");
+    assert_eq!(data.lease_acquire(&fx.instance, "a", 300).await.unwrap().as_deref(), Some(a.as_str()), "a renews");
+    // a pauses past its lease; b takes over with a newer token; a's next evict is refused.
+    wait_until("a's lease expires", 5, || async {
+        data.lease_acquire(&fx.instance, "b", 5000).await.unwrap().is_some()
+    })
+    .await;
+    let sizes = [10, 10];
+    let refused =
+        data.evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &a, 0).await;
+    assert!(matches!(refused, Err(kvcm_core::Error::Status { .. })), "{refused:?}");
+    assert_eq!(
+        Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2, 3], json!({})).await),
+        vec![true; 3],
+        "nothing was evicted by a"
+    );
+    let b = data.lease_acquire(&fx.instance, "b", 5000).await.unwrap().unwrap();
+    assert_ne!(a, b);
+    let (n, bytes) = data
+        .evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &b, 15)
+        .await
+        .unwrap();
+    assert_eq!((n, bytes), (2, 20), "b evicts under its lease, stopping past the 15-byte budget");
+    assert_eq!(
+        Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2, 3], json!({})).await),
+        vec![true, false, false],
+        "suffix first"
+    );
+}
+
+#[tokio::test]
+async fn two_workers_share_the_deletions() {
+    let ns = unique("ns");
+    let fx = Fixture::on(Api::start_with(&ns, &[]), &[("tp0", 2)], 1, json!({})).await;
+    let mut paths = Vec::new();
+    for p in 0..10i64 {
+        paths.extend(write_files(&fx, &(p * 100..p * 100 + 20).collect::<Vec<_>>()).await);
+    }
+    let small = [("KVCM_WORKER__DELETE_BATCH", "2")];
+    let (w1, w2) = (WorkerProc::start(&ns, &small), WorkerProc::start(&ns, &small));
+    let all: Vec<i64> = (0..10i64).flat_map(|p| p * 100..p * 100 + 20).collect();
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": all})).await);
+    wait_until("every file is deleted", 20, || async { paths.iter().all(|p| !p.exists()) }).await;
+    let series = "kvcm_worker_deletions_total{reason=\"removed\",storage=\"files\"}";
+    let (a, b) = (w1.metric(series).await, w2.metric(series).await);
+    assert_eq!(a + b, 200.0, "each deletion done once: {a} + {b}");
+    assert!(a > 0.0 && b > 0.0, "both workers took a share: {a} / {b}");
+}
