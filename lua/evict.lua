@@ -53,6 +53,13 @@ while evicted < n and scanned < n * 4 and (budget <= 0 or freed < budget) do
     end
   end
   if hit then
+    if index == KEYS[4] then
+      -- LFU aging: the clock rises to the evicted leaf's frequency.
+      local f = tonumber(redis.call('ZSCORE', K.lfu, key) or '0')
+      if f > tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0') then
+        redis.call('HSET', K.usage, 'lfu_clock', f)
+      end
+    end
     redis.call('HSET', K.blocks, key, rec)
     unlink_serving(K, key, rec)
     evicted = evicted + 1

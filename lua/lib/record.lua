@@ -11,7 +11,9 @@
 --   | blkid u16 LE (65535 = not packed) | [file first key 8 bytes | file member hash u32 LE]
 -- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> access count), `itouch`
 -- (interior block -> last access ms as the deepest block of a read).
--- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks.
+-- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks, lfu_clock = the
+-- LFU aging clock (the score of the last leaf evicted by frequency; new leaves start above it,
+-- so old popularity fades as the clock rises: LFU with dynamic aging).
 local HDR = 11
 local NOT_PACKED = 65535
 
@@ -80,7 +82,8 @@ local function link_serving(K, key, rec, score)
   end
   if rec_children(rec) == 0 then
     redis.call('ZADD', K.lru, score, key)
-    redis.call('ZADD', K.lfu, 'NX', 1, key)
+    local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
+    redis.call('ZADD', K.lfu, 'NX', clock + 1, key)
   end
 end
 

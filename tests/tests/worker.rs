@@ -308,3 +308,47 @@ async fn two_workers_share_the_deletions() {
     assert_eq!(a + b, 200.0, "each deletion done once: {a} + {b}");
     assert!(a > 0.0 && b > 0.0, "both workers took a share: {a} / {b}");
 }
+
+#[tokio::test]
+async fn lfu_popularity_fades_as_the_aging_clock_rises() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
+    let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
+    let limits = kvcm_core::store::Limits {
+        max_keys_per_request: 100,
+        write_timeout_default_s: 30,
+        write_timeout_max_s: 60,
+        usage_cache_ms: 1000,
+    };
+    let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
+    let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
+    fx.write(&[1]).await;
+    for _ in 0..3 {
+        fx.get("QT_PREFIX_MATCH", &[1], json!({})).await;
+    }
+    wait_until("block 1 counts 4 accesses", 5, || async {
+        let mut c = valkey().await;
+        let s: Option<f64> =
+            redis::cmd("ZSCORE").arg(&lfu).arg(&1i64.to_be_bytes()[..]).query_async(&mut c).await.unwrap();
+        s == Some(4.0)
+    })
+    .await;
+    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
+    let mut evicted_in_round = None;
+    for round in 0..8i64 {
+        // Two newcomers, each read once, then two evictions by frequency.
+        let (a, b) = (100 + round * 2, 101 + round * 2);
+        fx.write(&[a]).await;
+        fx.write(&[b]).await;
+        data.evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Lfu, 2, None, None, &lease, 0)
+            .await
+            .unwrap();
+        // getCacheMeta, not a read: a read would count as an access.
+        let (_, meta) = fx.api.meta("getCacheMeta", json!({"instance_id": fx.instance, "block_keys": [1]})).await;
+        if !meta["metas"][0].as_str().unwrap().contains("CLS_SERVING") {
+            evicted_in_round = Some(round);
+            break;
+        }
+    }
+    let round = evicted_in_round.expect("the once-popular block is evicted eventually");
+    assert!(round >= 2, "popularity protected block 1 at first (evicted in round {round})");
+}
