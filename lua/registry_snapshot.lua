@@ -10,13 +10,15 @@
 -- KEYS[8] accounts           hash user -> account JSON
 -- KEYS[9] storage_ids        hash name -> numeric storage id
 -- KEYS[10] storage_id_seq    counter (not returned)
+-- KEYS[11] storages_unhealthy set of storages that failed their last health check
 -- ARGV    none
 --
--- Reply: {1, version, storages_flat, disabled, groups_flat, instances_flat, accounts_flat, ids_flat}
+-- Reply: {1, version, storages_flat, disabled, groups_flat, instances_flat, accounts_flat, ids_flat,
+--         unhealthy}
 --   where *_flat are HGETALL-style [field, value, field, value, ...] arrays.
 -- Status codes: 1 only (read-only).
--- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}, {}}.
-if #KEYS ~= 10 then return redis.error_reply('registry_snapshot: expected 10 keys') end
+-- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}, {}, {}}.
+if #KEYS ~= 11 then return redis.error_reply('registry_snapshot: expected 11 keys') end
 return {
   1,
   redis.call('GET', KEYS[1]) or '0',
@@ -26,4 +28,5 @@ return {
   redis.call('HGETALL', KEYS[6]),
   redis.call('HGETALL', KEYS[8]),
   redis.call('HGETALL', KEYS[9]),
+  redis.call('SMEMBERS', KEYS[11]),
 }

@@ -54,6 +54,7 @@ pub struct WorkerConfig {
     pub discover_interval_ms: u64,
     pub poll_interval_ms: u64,
     pub reclaim_interval_ms: u64,
+    pub health_interval_ms: u64,
     pub lease_ms: u64,
     pub delete_batch: usize,
     pub claim_idle_ms: u64,
@@ -161,7 +162,11 @@ impl Config {
             return bad("event_log_max_bytes", "must be at least 4096");
         }
         let w = &self.worker;
-        if w.discover_interval_ms == 0 || w.poll_interval_ms == 0 || w.reclaim_interval_ms == 0 {
+        if w.discover_interval_ms == 0
+            || w.poll_interval_ms == 0
+            || w.reclaim_interval_ms == 0
+            || w.health_interval_ms == 0
+        {
             return bad("worker", "intervals must be positive");
         }
         if w.lease_ms < 100 {

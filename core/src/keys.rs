@@ -17,6 +17,8 @@ pub struct RegistryKeys {
     pub storages: String,
     /// Set: names of disabled storages.
     pub storages_disabled: String,
+    /// Set: names of storages that failed their last health check.
+    pub storages_unhealthy: String,
     /// Hash: group name → `InstanceGroup` JSON.
     pub groups: String,
     /// Hash: group name → number of registered instances.
@@ -40,6 +42,7 @@ impl RegistryKeys {
             version: k("version"),
             storages: k("storages"),
             storages_disabled: k("storages_disabled"),
+            storages_unhealthy: k("storages_unhealthy"),
             groups: k("groups"),
             group_instances: k("group_instances"),
             instances: k("instances"),
@@ -51,7 +54,7 @@ impl RegistryKeys {
     }
 
     /// Every registry key, in a fixed order (for scripts that read the whole registry).
-    pub fn all(&self) -> [&str; 10] {
+    pub fn all(&self) -> [&str; 11] {
         [
             &self.version,
             &self.storages,
@@ -63,6 +66,7 @@ impl RegistryKeys {
             &self.accounts,
             &self.storage_ids,
             &self.storage_id_seq,
+            &self.storages_unhealthy,
         ]
     }
 }

@@ -60,6 +60,7 @@ scripts! {
     REGISTRY_ADD_STORAGE => "registry_add_storage.lua",
     REGISTRY_UPDATE_STORAGE => "registry_update_storage.lua",
     REGISTRY_SET_STORAGE_AVAILABLE => "registry_set_storage_available.lua",
+    REGISTRY_SET_STORAGE_HEALTH => "registry_set_storage_health.lua",
     REGISTRY_REMOVE_STORAGE => "registry_remove_storage.lua",
     REGISTRY_CREATE_GROUP => "registry_create_group.lua",
     REGISTRY_UPDATE_GROUP => "registry_update_group.lua",

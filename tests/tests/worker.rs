@@ -352,3 +352,51 @@ async fn lfu_popularity_fades_as_the_aging_clock_rises() {
     let round = evicted_in_round.expect("the once-popular block is evicted eventually");
     assert!(round >= 2, "popularity protected block 1 at first (evicted in round {round})");
 }
+
+#[tokio::test]
+async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
+    let api = Api::start();
+    let dir = repo_root().join(".kvcm/test-data").join(unique("health"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let blocked = dir.join("blocked");
+    std::fs::write(&blocked, b"a file where the storage root should be").unwrap();
+    let ok = dir.join("ok");
+    assert_ok(&api.admin("addStorage", json!({"storage": {"global_unique_name": "a", "nfs": {"root_path": blocked.join("root").to_str().unwrap()}}})).await);
+    assert_ok(
+        &api.admin(
+            "addStorage",
+            json!({"storage": {"global_unique_name": "b", "nfs": {"root_path": ok.to_str().unwrap()}}}),
+        )
+        .await,
+    );
+    assert_ok(
+        &api.admin("createInstanceGroup", json!({"instance_group": {"name": "g", "storage_candidates": ["a", "b"]}}))
+            .await,
+    );
+    assert_ok(
+        &api.meta(
+            "registerInstance",
+            json!({"instance_group": "g", "instance_id": "i", "block_size": 4,
+        "location_spec_infos": [{"name": "tp0", "size": 8}], "model_deployment": {"model_name": "m", "dtype": "bf16"}}),
+        )
+        .await,
+    );
+    let _w = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__HEALTH_INTERVAL_MS", "100")]);
+    let health = |name: &'static str| {
+        let api = &api;
+        async move {
+            let (_, l) = api.admin("listStorage", json!({})).await;
+            l["storage"].as_array().unwrap().iter().find(|s| s["global_unique_name"] == name).unwrap()["is_healthy"]
+                .as_bool()
+                .unwrap()
+        }
+    };
+    wait_until("storage a is marked unhealthy", 10, || async { !health("a").await }).await;
+    assert!(health("b").await);
+    let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [1]})).await;
+    assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://b/"), "{s}");
+    std::fs::remove_file(&blocked).unwrap();
+    wait_until("storage a recovers", 10, || async { health("a").await }).await;
+    let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [2]})).await;
+    assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://a/"), "{s}");
+}

@@ -4,6 +4,7 @@
 //!   then release the metadata and ack in one script; dead consumers' entries are claimed after
 //!   `claim_idle_ms`; entries failing `max_delete_attempts` times go to a dead-letter stream.
 //! * [`expirer`]: fails write sessions past their deadline, like a finish with no successes.
+//! * [`health`]: probes every storage and records the result in the registry.
 //! * [`reclaimer`]: when a group's usage passes its watermark, evicts leaves by the group's policy
 //!   under a per-instance fenced lease, and publishes usage and quota gauges.
 //!
@@ -15,6 +16,7 @@
 pub mod deleter;
 pub mod discovery;
 pub mod expirer;
+pub mod health;
 pub mod metrics;
 pub mod reclaimer;
 
@@ -88,6 +90,9 @@ impl Server {
         }));
         jobs.push(spawn_loop("expirer", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
             Box::pin(async move { expirer::run_once(&w).await })
+        }));
+        jobs.push(spawn_loop("health", rx.clone(), cfg.health_interval_ms, w.clone(), |w| {
+            Box::pin(async move { health::run_once(&w).await })
         }));
         jobs.push(spawn_loop("reclaimer", rx.clone(), cfg.reclaim_interval_ms, w.clone(), |w| {
             Box::pin(async move { reclaimer::run_once(&w).await })

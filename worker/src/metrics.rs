@@ -22,6 +22,7 @@ pub struct Metrics {
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
     pub stream_length: IntGaugeVec,
+    pub storage_healthy: IntGaugeVec,
     pub usage: GaugeVec,
     pub quota: GaugeVec,
     pub ratio: GaugeVec,
@@ -57,6 +58,11 @@ impl Metrics {
                 &["instance"],
             )
             .expect("metric"),
+            storage_healthy: IntGaugeVec::new(
+                Opts::new("kvcm_storage_healthy", "1 if the storage passed its last health check"),
+                &["storage"],
+            )
+            .expect("metric"),
             usage: gv(
                 "kvcm_group_usage_bytes",
                 "Serving bytes per group and storage type (\"all\" = total)",
@@ -78,6 +84,7 @@ impl Metrics {
             Box::new(m.leases.clone()),
             Box::new(m.reclaim_seconds.clone()),
             Box::new(m.stream_length.clone()),
+            Box::new(m.storage_healthy.clone()),
             Box::new(m.usage.clone()),
             Box::new(m.quota.clone()),
             Box::new(m.ratio.clone()),

@@ -57,7 +57,8 @@ impl Snapshot {
     }
 }
 
-type SnapshotReply = (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+type SnapshotReply =
+    (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
 
 fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -> Vec<(String, T)> {
     let mut out = Vec::with_capacity(flat.len() / 2);
@@ -126,7 +127,7 @@ impl Registry {
         for k in self.keys.all() {
             inv.key(k);
         }
-        let (_, version, storages, disabled, groups, instances, accounts, ids): SnapshotReply =
+        let (_, version, storages, disabled, groups, instances, accounts, ids, unhealthy): SnapshotReply =
             inv.invoke_async(&mut self.conn()).await?;
         let mut snap = Snapshot {
             version: version.parse().unwrap_or(0),
@@ -141,6 +142,7 @@ impl Registry {
         };
         for (name, s) in snap.storages.iter_mut() {
             s.is_available = !disabled.contains(name);
+            s.is_healthy = !unhealthy.contains(name);
         }
         let mut it = ids.into_iter();
         while let (Some(name), Some(id)) = (it.next(), it.next()) {
@@ -246,12 +248,26 @@ impl Registry {
         .map(drop)
     }
 
+    /// Records a worker's health check of a storage (bumps the version only on a change).
+    pub async fn set_storage_health(&self, name: &str, healthy: bool) -> Result<bool> {
+        let k = &self.keys;
+        let flag = if healthy { "1" } else { "0" };
+        let changed = self
+            .run(
+                &scripts::REGISTRY_SET_STORAGE_HEALTH,
+                &[&k.version, &k.storages, &k.storages_unhealthy],
+                &[name, flag],
+            )
+            .await?;
+        Ok(changed == "1")
+    }
+
     pub async fn remove_storage(&self, name: &str) -> Result<()> {
         validate::name("storage_unique_name", name)?;
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_STORAGE,
-            &[&k.version, &k.storages, &k.storages_disabled, &k.groups, &k.storage_ids],
+            &[&k.version, &k.storages, &k.storages_disabled, &k.groups, &k.storage_ids, &k.storages_unhealthy],
             &[name],
         )
         .await

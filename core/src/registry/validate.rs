@@ -59,6 +59,7 @@ pub fn storage(cfg: &mut StorageConfig) -> Result<()> {
         ));
     };
     cfg.is_available = true;
+    cfg.is_healthy = true;
     let abs_dir = |field: &str, v: &mut String| -> Result<()> {
         if !v.starts_with('/') {
             return Err(Error::invalid(format!("{field} must be an absolute path, got \"{v}\"")));
@@ -136,6 +137,7 @@ pub fn storage_placement(cfg: &StorageConfig) -> String {
     let mut c = cfg.clone();
     c.check_storage_available_when_open = false;
     c.is_available = true;
+    c.is_healthy = true;
     if let Some(m) = c.mooncake.as_mut() {
         // Connection details may move; the key space stays.
         m.local_hostname.clear();

@@ -95,7 +95,7 @@ impl DataPlane {
         }
         let keys = self.keys(&inst.instance_id);
         let records = self.records(&keys, blocks).await?;
-        let usable = |id: u16| storage_of(snap, id).is_some_and(|s| s.is_available);
+        let usable = |id: u16| storage_of(snap, id).is_some_and(|s| s.is_available && s.is_healthy);
         let mut hits = Vec::with_capacity(records.len());
         let mut views = Vec::with_capacity(records.len());
         for r in &records {

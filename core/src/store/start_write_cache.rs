@@ -84,6 +84,10 @@ impl DataPlane {
                 skipped.push(format!("{name} (disabled)"));
                 continue;
             }
+            if !cfg.is_healthy {
+                skipped.push(format!("{name} (failing health checks)"));
+                continue;
+            }
             if !Backend::of(cfg).writable() {
                 skipped.push(format!("{name} (kvcm cannot place blocks on this storage type)"));
                 continue;

@@ -85,6 +85,10 @@ pub struct StorageConfig {
     /// Ignored on input; the registry owns it.
     #[serde(default = "yes")]
     pub is_available: bool,
+    /// kvcm extension: false while the storage fails the workers' health checks.
+    /// Ignored on input.
+    #[serde(default = "yes")]
+    pub is_healthy: bool,
 }
 
 fn yes() -> bool {

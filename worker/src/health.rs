@@ -1,0 +1,43 @@
+//! Storage health checks: every `health_interval_ms`, each storage is probed and its result
+//! recorded in the registry (`registry_set_storage_health.lua`, a change bumps the registry
+//! version). Unhealthy storages are skipped by startWriteCache and weighted out of reads until a
+//! check passes again.
+//!
+//! Probes: `file` / `hf3fs` — the root directory exists (it is created if missing) and a probe
+//! file can be written and removed in it. `mooncake` / `tair_mem_pool` — no client is
+//! configured, so they are reported healthy.
+
+use crate::Worker;
+use kvcm_core::backend::Backend;
+
+/// Probes one storage; `Err` says why it is unhealthy.
+pub async fn probe(backend: &Backend, worker_id: &str) -> Result<(), String> {
+    let root = match backend {
+        Backend::File { root, .. } | Backend::Hf3fs { root, .. } => root.clone(),
+        Backend::Mooncake | Backend::Unsupported => return Ok(()),
+    };
+    let probe = format!("{root}.kvcm-health-{worker_id}");
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {root}: {e}"))?;
+        std::fs::write(&probe, b"kvcm").map_err(|e| format!("cannot write {probe}: {e}"))?;
+        std::fs::remove_file(&probe).map_err(|e| format!("cannot remove {probe}: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
+    let snap = w.registry.snapshot();
+    for (name, cfg) in &snap.storages {
+        let result = probe(&Backend::of(cfg), &w.id).await;
+        let healthy = result.is_ok();
+        w.metrics.storage_healthy.with_label_values(&[name]).set(healthy as i64);
+        if w.registry.set_storage_health(name, healthy).await? {
+            match result {
+                Ok(()) => tracing::info!(storage = %name, "storage passes its health check again"),
+                Err(why) => tracing::warn!(storage = %name, %why, "storage failed its health check; writes skip it"),
+            }
+        }
+    }
+    Ok(())
+}
