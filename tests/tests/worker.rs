@@ -400,3 +400,84 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
     let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [2]})).await;
     assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://a/"), "{s}");
 }
+
+#[tokio::test]
+async fn a_lowered_quota_takes_effect_without_restarting_the_worker() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(10_000, "POLICY_LRU")).await;
+    write_files(&fx, &(1..=10).collect::<Vec<_>>()).await;
+    let w = WorkerProc::start(&fx.api.namespace, &[]);
+    // Under the watermark: a few reclaim rounds pass without evicting anything.
+    wait_until("the worker publishes the group's usage", 10, || async {
+        w.metric("kvcm_group_usage_bytes{group=\"g\",storage_type=\"all\"}").await == 100.0
+    })
+    .await;
+    assert_eq!(usage_bytes(&fx).await, 100);
+    let (_, g) = fx.api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    let mut group = g["instance_group"].clone();
+    group["quota"]["capacity"] = json!(100); // watermark 50 bytes
+    group["version"] = json!(2);
+    assert_ok(&fx.api.admin("updateInstanceGroup", json!({"instance_group": group, "current_version": 1})).await);
+    wait_until("usage falls under the new watermark", 10, || async { usage_bytes(&fx).await <= 50 }).await;
+}
+
+#[tokio::test]
+async fn only_the_over_quota_storage_type_is_reclaimed() {
+    let api = Api::start();
+    let dir = repo_root().join(".kvcm/test-data").join(unique("types"));
+    assert_ok(
+        &api.admin(
+            "addStorage",
+            json!({"storage": {"global_unique_name": "f", "nfs": {"root_path": dir.join("f").to_str().unwrap()}}}),
+        )
+        .await,
+    );
+    assert_ok(&api.admin("addStorage", json!({"storage": {"global_unique_name": "t", "threefs": {"mountpoint": dir.to_str().unwrap(), "root_dir": "t"}}})).await);
+    assert_ok(
+        &api.admin(
+            "createInstanceGroup",
+            json!({"instance_group": {"name": "g", "storage_candidates": ["f", "t"],
+        "quota": {"capacity": 0, "quota_config": [{"storage_type": "ST_NFS", "capacity": 60}]},
+        "cache_config": {"reclaim_strategy": {"trigger_strategy": {"used_percentage": 0.5}}}}}),
+        )
+        .await,
+    );
+    assert_ok(&api.meta("registerInstance", json!({"instance_group": "g", "instance_id": "i", "block_size": 4,
+        "location_spec_infos": [{"name": "tp0", "size": 10}], "model_deployment": {"model_name": "m", "dtype": "bf16"}})).await);
+    let write = |keys: Vec<i64>| {
+        let api = &api;
+        async move {
+            let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": keys})).await;
+            let n = s["locations"].as_array().unwrap().len();
+            assert_ok(&api.meta("finishWriteCache", json!({"instance_id": "i", "write_session_id": s["write_session_id"], "success_blocks": {"offset": n}})).await);
+            s
+        }
+    };
+    let s = write((1..=5).collect()).await; // 50 bytes on f (fits the 60-byte NFS quota)
+    assert_eq!(s["locations"][0]["type"], "ST_NFS");
+    // The NFS quota is now considered used (usage cache permitting): later writes go to 3FS.
+    let next = std::sync::atomic::AtomicI64::new(100);
+    wait_until("writes move to 3FS", 10, || async {
+        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        write(vec![k]).await["locations"][0]["type"] == "ST_3FS"
+    })
+    .await;
+    for k in 200..205 {
+        write(vec![k]).await;
+    }
+    let _w = WorkerProc::start(&api.namespace, &[]);
+    let usage = || async {
+        let mut c = valkey().await;
+        let u: std::collections::HashMap<String, i64> =
+            redis::cmd("HGETALL").arg(instance_key(&api.namespace, "i", "usage")).query_async(&mut c).await.unwrap();
+        u
+    };
+    // Storage ids in a fresh namespace: f = 1, t = 2. NFS goes under its 30-byte watermark;
+    // 3FS keeps every block.
+    let t_before = usage().await.get("b2").copied().unwrap_or(0);
+    assert!(t_before >= 60, "3FS holds the later writes: {t_before}");
+    wait_until("NFS usage is under its watermark", 10, || async {
+        usage().await.get("b1").copied().unwrap_or(0) <= 30
+    })
+    .await;
+    assert_eq!(usage().await.get("b2").copied().unwrap_or(0), t_before, "3FS blocks were kept");
+}

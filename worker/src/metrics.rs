@@ -22,6 +22,7 @@ pub struct Metrics {
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
     pub stream_length: IntGaugeVec,
+    pub stream_pending: IntGaugeVec,
     pub storage_healthy: IntGaugeVec,
     pub usage: GaugeVec,
     pub quota: GaugeVec,
@@ -58,6 +59,11 @@ impl Metrics {
                 &["instance"],
             )
             .expect("metric"),
+            stream_pending: IntGaugeVec::new(
+                Opts::new("kvcm_worker_deletion_pending", "Deletion entries delivered but not yet acknowledged"),
+                &["instance"],
+            )
+            .expect("metric"),
             storage_healthy: IntGaugeVec::new(
                 Opts::new("kvcm_storage_healthy", "1 if the storage passed its last health check"),
                 &["storage"],
@@ -85,6 +91,7 @@ impl Metrics {
             Box::new(m.reclaim_seconds.clone()),
             Box::new(m.stream_length.clone()),
             Box::new(m.storage_healthy.clone()),
+            Box::new(m.stream_pending.clone()),
             Box::new(m.usage.clone()),
             Box::new(m.quota.clone()),
             Box::new(m.ratio.clone()),
