@@ -72,7 +72,27 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         metrics: metrics::Metrics::new(),
         instances: Default::default(),
     };
+    warn_dangerous_settings(&worker);
     Ok(Server { metrics_addr: listener.local_addr()?, worker, listener })
+}
+
+/// Settings that work but waste effort or surprise: logged once at start.
+fn warn_dangerous_settings(w: &Worker) {
+    let claim = w.config.worker.claim_idle_ms;
+    for g in w.registry.snapshot().groups.values() {
+        let delay = g.cache_config.reclaim_strategy.delay_before_delete_ms.max(0) as u64;
+        if delay >= claim {
+            tracing::warn!(group = %g.name, delay_before_delete_ms = delay, claim_idle_ms = claim,
+                "delay_before_delete_ms is not shorter than worker.claim_idle_ms: entries waiting out their delay \
+                 look dead and are claimed back and forth between workers; raise claim_idle_ms");
+        }
+    }
+    if w.config.worker.lease_ms < 4 * w.config.worker.reclaim_interval_ms.min(1000) {
+        tracing::warn!(
+            lease_ms = w.config.worker.lease_ms,
+            "worker.lease_ms is short: a slow eviction batch may lose its lease"
+        );
+    }
 }
 
 impl Server {
