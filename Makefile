@@ -13,9 +13,11 @@ run: deps build-release
 test: deps lint
 	cargo build --workspace --bins
 	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
-	@set -o pipefail; status=0; \
-	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) cargo test --workspace --no-fail-fast || status=$$?; \
+	@set -o pipefail; status=0; mkdir -p .kvcm; \
+	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 \
+	    | tee .kvcm/test-output.log || status=$$?; \
 	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
+	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "Summary: %d passed, %d failed\n", p, f }' .kvcm/test-output.log; \
 	  exit $$status
 
 deps:

@@ -516,4 +516,12 @@ async fn the_event_log_records_reads_and_writes_as_json_lines() {
     assert_eq!(lines[2]["query_type"], "QT_PREFIX_MATCH");
     assert_eq!(lines[0]["write_session_id"], lines[1]["write_session_id"]);
     assert!(lines[2]["trigger_time_us"].as_u64().unwrap() > 1_700_000_000_000_000);
+    // kvcm-optimizer replays it: one lookup of three blocks.
+    let out = std::process::Command::new(bin_path("kvcm-optimizer"))
+        .args(["stats", "--format", "kvcm", "--trace", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("requests:          1") && text.contains("block accesses:    3"), "{text}");
 }
