@@ -65,6 +65,39 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
+/// Spawns a kvcm binary in `namespace` on the test cluster with `defaults` then `env`, its
+/// stderr in a log file; returns the child, its first stdout line (the address line every kvcm
+/// binary prints once serving; empty if it exits first) and the log path.
+fn spawn_kvcm(bin: &str, namespace: &str, defaults: &[(&str, &str)], env: &[(&str, &str)]) -> (Child, String, PathBuf) {
+    let logs = repo_root().join(".kvcm/test-logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join(format!("{namespace}-{bin}-{:04x}.log", fastrand::u16(..)));
+    let mut cmd = Command::new(bin_path(bin));
+    cmd.env("KVCM_VALKEY_URL", valkey_url())
+        .env("KVCM_NAMESPACE", namespace)
+        .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap());
+    for (k, v) in defaults.iter().chain(env) {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+    (child, line, log)
+}
+
+/// The value of `name=` in an address line.
+fn field(line: &str, name: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(str::to_string)
+}
+
 /// A running `kvcm-api` process. Killed on drop.
 pub struct Api {
     child: Child,
@@ -98,32 +131,9 @@ impl Api {
 
     /// Starts kvcm-api; returns its exit code and stderr if it exits instead of serving.
     pub fn try_start(namespace: &str, env: &[(&str, &str)]) -> Result<Api, Failed> {
-        let logs = repo_root().join(".kvcm/test-logs");
-        std::fs::create_dir_all(&logs).unwrap();
-        let log = logs.join(format!("{namespace}-{:04x}.log", fastrand::u16(..)));
-        let mut cmd = Command::new(bin_path("kvcm-api"));
-        cmd.env("KVCM_META_PORT", "0")
-            .env("KVCM_ADMIN_PORT", "0")
-            .env("KVCM_VALKEY_URL", valkey_url())
-            .env("KVCM_NAMESPACE", namespace)
-            .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn kvcm-api");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        let field =
-            |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map(str::to_string);
-        match (field("meta"), field("admin")) {
+        let (mut child, line, log) =
+            spawn_kvcm("kvcm-api", namespace, &[("KVCM_META_PORT", "0"), ("KVCM_ADMIN_PORT", "0")], env);
+        match (field(&line, "meta"), field(&line, "admin")) {
             (Some(meta), Some(admin)) => {
                 Ok(Api { child, meta, admin, namespace: namespace.to_string(), log, http: reqwest::Client::new() })
             }
@@ -203,32 +213,14 @@ pub struct WorkerProc {
 impl WorkerProc {
     /// Starts kvcm-worker in `namespace` with fast test intervals and extra `KVCM_*` variables.
     pub fn start(namespace: &str, env: &[(&str, &str)]) -> WorkerProc {
-        let logs = repo_root().join(".kvcm/test-logs");
-        std::fs::create_dir_all(&logs).unwrap();
-        let log = logs.join(format!("{namespace}-worker-{:04x}.log", fastrand::u16(..)));
-        let mut cmd = Command::new(bin_path("kvcm-worker"));
-        cmd.env("KVCM_WORKER__METRICS_PORT", "0")
-            .env("KVCM_WORKER__DISCOVER_INTERVAL_MS", "200")
-            .env("KVCM_WORKER__POLL_INTERVAL_MS", "100")
-            .env("KVCM_WORKER__RECLAIM_INTERVAL_MS", "200")
-            .env("KVCM_VALKEY_URL", valkey_url())
-            .env("KVCM_NAMESPACE", namespace)
-            .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn kvcm-worker");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        let Some(metrics) = line.split_whitespace().find_map(|w| w.strip_prefix("metrics=")).map(str::to_string) else {
+        let defaults = [
+            ("KVCM_WORKER__METRICS_PORT", "0"),
+            ("KVCM_WORKER__DISCOVER_INTERVAL_MS", "200"),
+            ("KVCM_WORKER__POLL_INTERVAL_MS", "100"),
+            ("KVCM_WORKER__RECLAIM_INTERVAL_MS", "200"),
+        ];
+        let (mut child, line, log) = spawn_kvcm("kvcm-worker", namespace, &defaults, env);
+        let Some(metrics) = field(&line, "metrics") else {
             let _ = child.kill();
             panic!("kvcm-worker did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
         };
