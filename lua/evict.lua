@@ -12,11 +12,14 @@
 -- ARGV[5] only storage id ("0" for any)
 -- ARGV[6] the lease value the caller holds (`<token>:<worker>`)
 -- ARGV[7] stop once this many bytes are freed ("0" = only N limits)
+-- ARGV[8] index offset to start from (leaves skipped by an earlier call: other storages)
 --
--- Reply: {1, blocks evicted, bytes freed} | {5, message} (lease lost or bad argument)
+-- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {5, message}
+--        (lease lost or bad argument). With a storage filter, a call looks at no more than 4N
+--        leaves; the caller continues from `next offset` until `exhausted`.
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
 --          when C went), lru = {A}; reply {1, 2, bytes}.
-if #KEYS ~= 7 or #ARGV ~= 7 then return redis.error_reply('evict: expected 7 keys, 7 args') end
+if #KEYS ~= 7 or #ARGV ~= 8 then return redis.error_reply('evict: expected 7 keys, 8 args') end
 if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {5, 'reclaim lease lost'} end
 local sizes = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
@@ -27,16 +30,17 @@ if not n or n < 1 or n > 1000 then return {5, 'N must be within 1..1000'} end
 local before = ARGV[4]
 local only = tonumber(ARGV[5]) or 0
 local budget = tonumber(ARGV[7]) or 0
+local start = tonumber(ARGV[8]) or 0
 local K = {blocks = KEYS[1], usage = KEYS[2], lru = KEYS[3], lfu = KEYS[4], itouch = KEYS[5], del = KEYS[6]}
-local evicted, freed, scanned = 0, 0, 0
-while evicted < n and scanned < n * 4 and (budget <= 0 or freed < budget) do
+local evicted, freed, scanned, exhausted = 0, 0, start, 0
+while evicted < n and scanned < start + n * 4 and (budget <= 0 or freed < budget) do
   local cand
   if before ~= 'inf' and index == KEYS[3] then
     cand = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before, 'LIMIT', scanned, 1)
   else
     cand = redis.call('ZRANGE', index, scanned, scanned)
   end
-  if #cand == 0 then break end
+  if #cand == 0 then exhausted = 1 break end
   local key = cand[1]
   local rec = redis.call('HGET', K.blocks, key)
   local hit = false
@@ -71,4 +75,4 @@ while evicted < n and scanned < n * 4 and (budget <= 0 or freed < budget) do
     scanned = scanned + 1 -- serving, but on another storage than the one being reclaimed
   end
 end
-return {1, evicted, freed}
+return {1, evicted, freed, scanned, exhausted}

@@ -19,6 +19,8 @@
 --        length) — nothing changes on an error; an expired session is left to the expirer.
 -- Example: session 7 wrote B, C; ARGV[2] = "b10" -> B serving (usage +bytes, B a leaf, its
 --          parent no longer one), C's location removed and queued on `del`; reply {1, 1}.
+--          A location removed (state D) or trimmed (gone) during the write is queued for
+--          deletion here, once the engine is done writing it.
 if #KEYS ~= 8 or (#ARGV ~= 2 and #ARGV ~= 3) then return redis.error_reply('finish_write_cache: expected 8 keys, 2-3 args') end
 local expire = ARGV[3] == 'expire'
 local sess = redis.call('GET', KEYS[2])
@@ -58,20 +60,21 @@ end
 local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
 local done = 0
 for j = 1, n do
-  local off = 13 + (j - 1) * 12
-  local key = sess:sub(off, off + 7)
-  local bytes = struct.unpack('<I4', sess, off + 8)
+  local key, bytes, sloc = session_loc(sess, j)
   local rec = redis.call('HGET', K.blocks, key)
+  local found = false
   if rec then
     for _, p in ipairs(locs(rec)) do
-      if loc_state(rec, p) == 'W' and loc_seq(rec, p) == seq then
-        if ok[j] then
+      if loc_seq(rec, p) == seq and loc_storage(rec, p) == loc_storage(sloc, 1) then
+        found = true
+        local st = loc_state(rec, p)
+        if st == 'W' and ok[j] then
           rec = set_state(rec, p, 'S')
           redis.call('HSET', K.blocks, key, rec)
           usage_add(K, loc_storage(rec, p), bytes, 1)
           link_serving(K, key, rec, now)
           done = done + 1
-        else
+        elseif st == 'W' then
           queue_delete(K, key, loc_bytes(rec, p), 'write_failed')
           rec = remove_loc(rec, p)
           if #rec == HDR and rec_children(rec) == 0 then
@@ -79,10 +82,17 @@ for j = 1, n do
           else
             redis.call('HSET', K.blocks, key, rec)
           end
+        elseif st == 'D' then
+          -- Removed while the engine was writing: its file is complete only now.
+          queue_delete(K, key, loc_bytes(rec, p), 'removed_while_writing')
         end
         break
       end
     end
+  end
+  if not found then
+    -- Trimmed while the engine was writing: the metadata is gone, the file may not be.
+    queue_delete(K, key, sloc, 'trimmed_while_writing')
   end
 end
 redis.call('DEL', KEYS[2])

@@ -15,7 +15,7 @@ local ms = tonumber(ARGV[2])
 if not ms or ms < 1 then return {5, 'lease time must be positive'} end
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  if cur:sub(-(#ARGV[1] + 1)) == ':' .. ARGV[1] then
+  if cur:match('^%d+:(.*)$') == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ms)
     return {1, cur}
   end

@@ -18,12 +18,16 @@
 if #KEYS ~= 3 or #ARGV ~= 4 then return redis.error_reply('release_block: expected 3 keys, 4 args') end
 local key, want = ARGV[3], ARGV[4]
 if #key ~= 8 or (#want ~= 14 and #want ~= 26) then return {5, 'bad key or location'} end
+-- The entry is the once-only token: a redelivered entry that was already released (and
+-- removed from the stream) must not release its packed-file slot again.
+if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return {1, 0, 0} end
 local removed, queued = 0, 0
 local rec = redis.call('HGET', KEYS[1], key)
 if rec then
   for _, p in ipairs(locs(rec)) do
     local l = loc_bytes(rec, p)
-    if loc_state(rec, p) == 'D' and l:sub(2) == want:sub(2) then
+    local st = loc_state(rec, p)
+    if (st == 'D' or st == 'X') and l:sub(2) == want:sub(2) then
       rec = remove_loc(rec, p)
       if #rec == HDR and rec_children(rec) == 0 then
         redis.call('HDEL', KEYS[1], key)
@@ -37,7 +41,9 @@ if rec then
 end
 if #want == 26 then
   local fid = want:sub(15, 26)
-  local left = redis.call('HINCRBY', KEYS[2], fid, -1)
+  -- No count (dropped by TS_REMOVE_ALL_META): the file is not kvcm's to delete any more.
+  local left = 1
+  if redis.call('HEXISTS', KEYS[2], fid) == 1 then left = redis.call('HINCRBY', KEYS[2], fid, -1) end
   if left <= 0 then
     redis.call('HDEL', KEYS[2], fid)
     redis.call('XADD', KEYS[3], '*', 'f', fid, 'l', want, 'r', 'file_released')

@@ -33,13 +33,15 @@ for i = 4, #ARGV do
     local was_serving = false
     for _, p in ipairs(locs(rec)) do
       local st, w = loc_state(rec, p), loc_written(rec, p)
-      if st ~= 'D' and w >= b and w < e then
+      if (st == 'S' or st == 'W') and w >= b and w < e then
+        rec = set_state(rec, p, 'D')
         if st == 'S' then
           was_serving = true
           usage_add(K, loc_storage(rec, p), -(sizes[loc_group(rec, p) + 1] or 0), -1)
+          queue_delete(K, key, loc_bytes(rec, p), 'removed')
         end
-        rec = set_state(rec, p, 'D')
-        queue_delete(K, key, loc_bytes(rec, p), 'removed')
+        -- A writing location is queued by its session's finish or expiry, once the engine
+        -- has stopped writing it.
         marked = marked + 1
       end
     end

@@ -18,7 +18,11 @@
 --
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
 --        location bytes of the j-th non-present key. | {5, message}
--- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32).
+-- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32 |
+-- location 26 bytes, zero-padded), so finish and expiry can queue a location's deletion even
+-- when a trim or removal took its metadata while the engine was writing.
+-- A packed file is named after its first block and a hash of its members and the session, so a
+-- rewrite of the same blocks never reuses a file that is still queued for deletion.
 -- Example: blocks = {A: serving}; keys = {A, B, C}, K = 1
 --   -> blocks = {A: serving, B: W seq 7, C: W seq 7}, reply {1, "100", locB, locC};
 --   a second writer of {A, B} now gets {1, "11"} and no locations.
@@ -51,7 +55,7 @@ for i = 1, nk do
   else
     seen[k] = true
     local rec = redis.call('HGET', KEYS[1], k)
-    if rec and (has_state(rec, 'W') or has_state(rec, 'S')) then p = true end
+    if rec and has_live(rec) then p = true end
   end
   present[i] = p and '1' or '0'
   if not p then new[#new + 1] = i end
@@ -68,7 +72,7 @@ while f * per_file < #new do
   if per_file > 1 then
     for j = first, last do members[#members + 1] = ARGV[6 + new[j]] end
     file_first = members[1]
-    file_hash = tonumber(redis.sha1hex(table.concat(members)):sub(1, 8), 16)
+    file_hash = tonumber(redis.sha1hex(table.concat(members) .. struct.pack('<I4', seq)):sub(1, 8), 16)
     redis.call('HSET', KEYS[5], file_first .. struct.pack('<I4', file_hash), last - first + 1)
   end
   for j = first, last do
@@ -90,7 +94,7 @@ while f * per_file < #new do
     end
     redis.call('HSET', KEYS[1], k, rec .. loc)
     reply[#reply + 1] = loc
-    sess[#sess + 1] = k .. struct.pack('<I4', sizes[g + 1])
+    sess[#sess + 1] = k .. struct.pack('<I4', sizes[g + 1]) .. loc .. string.rep('\0', 26 - #loc)
   end
   f = f + 1
 end

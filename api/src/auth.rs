@@ -7,6 +7,9 @@
 //! `Authorization: Bearer user:password`. Missing or wrong credentials get HTTP 401 with a
 //! `WWW-Authenticate` challenge; a user account on the admin plane gets 403.
 //!
+//! The admin plane refreshes the registry (one GET of its version) before every check, so
+//! accounts changed through another frontend apply at once.
+//!
 //! Argon2 is slow on purpose, so successful checks are cached by the SHA-256 of the header
 //! value, and a cached entry stays valid only while the account's stored hash is unchanged
 //! (deleting or re-creating the account invalidates it).
@@ -90,6 +93,11 @@ fn authorization(req: &Request) -> Option<String> {
 
 /// Admin plane: once accounts exist, only admins pass.
 pub async fn admin_guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    // One GET of the registry version first: an account added or deleted through another
+    // frontend must count here at once, not after the next refresh tick.
+    if let Err(e) = state.registry.refresh().await {
+        tracing::warn!(error = %e, "registry refresh before authentication failed; using the cached accounts");
+    }
     if state.registry.snapshot().accounts.is_empty() {
         return next.run(req).await;
     }

@@ -178,6 +178,12 @@ impl Config {
         if !(1..=1000).contains(&w.evict_batch) {
             return bad("worker.evict_batch", "must be within 1..=1000");
         }
+        if w.claim_idle_ms < 100 {
+            return bad("worker.claim_idle_ms", "must be at least 100");
+        }
+        if w.ttl_s > 10 * 365 * 86400 {
+            return bad("worker.ttl_s", "must be at most ten years");
+        }
         if w.max_delete_attempts == 0 {
             return bad("worker.max_delete_attempts", "must be at least 1");
         }

@@ -158,6 +158,22 @@ pub fn instance_of_key<'a>(namespace: &str, key: &'a str) -> Option<&'a str> {
     Some(&rest[..end])
 }
 
+/// Keys of one instance group's reclaim coordination, under the tag `{g:<group>}`.
+#[derive(Debug, Clone)]
+pub struct GroupKeys {
+    /// String: the group's reclaim lease (`<token>:<worker>`), so one worker reclaims a group
+    /// at a time and the excess is not evicted twice.
+    pub lease: String,
+    pub lease_seq: String,
+}
+
+impl GroupKeys {
+    pub fn new(namespace: &str, group: &str) -> Self {
+        let prefix = format!("{namespace}:v1:{{g:{group}}}:");
+        GroupKeys { lease: format!("{prefix}lease"), lease_seq: format!("{prefix}lease_seq") }
+    }
+}
+
 /// A block key as stored in Valkey: 8 bytes, big-endian.
 pub fn block_field(key: i64) -> [u8; 8] {
     key.to_be_bytes()

@@ -78,6 +78,7 @@ scripts! {
     TRIM_ALL_CACHE => "trim_all_cache.lua",
     TRIM_ALL_META => "trim_all_meta.lua",
     RELEASE_BLOCK => "release_block.lua",
+    CLAIM_DELETE => "claim_delete.lua",
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
 }

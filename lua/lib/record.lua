@@ -6,7 +6,9 @@
 --   flags u8 (bit 0: has parent) | parent 8 bytes | children u16 LE | location*
 -- `children` counts the block's children that are serving; a serving block with none is a leaf.
 -- Location (14 bytes, or 26 when its block is packed into a shared file):
---   state 1 byte ('W' writing, 'S' serving, 'D' deleting) | storage id u16 LE | spec group u8
+--   state 1 byte ('W' writing, 'S' serving, 'D' deleting, 'X' deleting and its file being
+--   unlinked right now: the key cannot be written again until the deleter releases it)
+--   | storage id u16 LE | spec group u8
 --   (0 = every spec, k = location_spec_groups[k-1]) | session seq u32 LE | written unix s u32 LE
 --   | blkid u16 LE (65535 = not packed) | [file first key 8 bytes | file member hash u32 LE]
 -- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> access count), `itouch`
@@ -70,14 +72,17 @@ end
 local function link_serving(K, key, rec, score)
   local parent = rec_parent(rec)
   if parent and parent ~= key then
-    local prec = redis.call('HGET', K.blocks, parent)
-    if prec then
-      local c = rec_children(prec) + 1
-      redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
-      if c == 1 then
-        redis.call('ZREM', K.lru, parent)
-        redis.call('ZREM', K.lfu, parent)
-      end
+    -- A parent without a record (not cached right now) gets a header-only one, so that when it
+    -- is written again it is not mistaken for a leaf while this child serves.
+    local prec = redis.call('HGET', K.blocks, parent) or rec_new(nil)
+    local c = rec_children(prec)
+    -- Saturates: a block with 65535 serving children stays interior for good (never evicted
+    -- before them), rather than wrapping to 0.
+    if c < 65535 then c = c + 1 end
+    redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
+    if c == 1 then
+      redis.call('ZREM', K.lru, parent)
+      redis.call('ZREM', K.lfu, parent)
     end
   end
   if rec_children(rec) == 0 then
@@ -101,7 +106,12 @@ local function unlink_serving(K, key, rec)
   local prec = redis.call('HGET', K.blocks, parent)
   if not prec then return end
   local c = rec_children(prec)
-  if c > 0 then c = c - 1 end
+  if c > 0 and c < 65535 then c = c - 1 end
+  if c == 0 and #prec == HDR then
+    -- A header kept only to count children: nothing left to count.
+    redis.call('HDEL', K.blocks, parent)
+    return
+  end
   redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
   if c == 0 and has_state(prec, 'S') then
     local own = tonumber(redis.call('ZSCORE', K.itouch, parent) or '0')
@@ -110,6 +120,21 @@ local function unlink_serving(K, key, rec)
     redis.call('ZADD', K.lfu, 'NX', freq, parent)
     redis.call('ZREM', K.itouch, parent)
   end
+end
+
+-- Whether a record holds a location a new write must not shadow (writing, serving, or being
+-- unlinked).
+local function has_live(rec)
+  return has_state(rec, 'W') or has_state(rec, 'S') or has_state(rec, 'X')
+end
+
+-- Session record entries: key (8) | bytes u32 | location (26 bytes, zero-padded when shorter).
+local SESSION_HDR, SESSION_ENTRY = 12, 38
+local function session_loc(sess, j)
+  local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
+  local loc = sess:sub(off + 12, off + 37)
+  if struct.unpack('<I2', loc, 13) == NOT_PACKED then loc = loc:sub(1, 14) end
+  return sess:sub(off, off + 7), struct.unpack('<I4', sess, off + 8), loc
 end
 
 -- Queues a location for physical deletion (the deleter removes its metadata afterwards).

@@ -268,8 +268,9 @@ async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it
     })
     .await;
     let sizes = [10, 10];
-    let refused =
-        data.evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &a, 0).await;
+    let refused = data
+        .evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &a, 0, 0)
+        .await;
     assert!(matches!(refused, Err(kvcm_core::Error::Status { .. })), "{refused:?}");
     assert_eq!(
         Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2, 3], json!({})).await),
@@ -278,11 +279,11 @@ async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it
     );
     let b = data.lease_acquire(&fx.instance, "b", 5000).await.unwrap().unwrap();
     assert_ne!(a, b);
-    let (n, bytes) = data
-        .evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &b, 15)
+    let r = data
+        .evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &b, 15, 0)
         .await
         .unwrap();
-    assert_eq!((n, bytes), (2, 20), "b evicts under its lease, stopping past the 15-byte budget");
+    assert_eq!((r.blocks, r.bytes), (2, 20), "b evicts under its lease, stopping past the 15-byte budget");
     assert_eq!(
         Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2, 3], json!({})).await),
         vec![true, false, false],
@@ -339,9 +340,19 @@ async fn lfu_popularity_fades_as_the_aging_clock_rises() {
         let (a, b) = (100 + round * 2, 101 + round * 2);
         fx.write(&[a]).await;
         fx.write(&[b]).await;
-        data.evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Lfu, 2, None, None, &lease, 0)
-            .await
-            .unwrap();
+        data.evict(
+            &fx.instance,
+            &[10, 10],
+            kvcm_core::store::maintenance::EvictIndex::Lfu,
+            2,
+            None,
+            None,
+            &lease,
+            0,
+            0,
+        )
+        .await
+        .unwrap();
         // getCacheMeta, not a read: a read would count as an access.
         let (_, meta) = fx.api.meta("getCacheMeta", json!({"instance_id": fx.instance, "block_keys": [1]})).await;
         if !meta["metas"][0].as_str().unwrap().contains("CLS_SERVING") {
@@ -361,6 +372,7 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
     let blocked = dir.join("blocked");
     std::fs::write(&blocked, b"a file where the storage root should be").unwrap();
     let ok = dir.join("ok");
+    std::fs::create_dir_all(&ok).unwrap();
     assert_ok(&api.admin("addStorage", json!({"storage": {"global_unique_name": "a", "nfs": {"root_path": blocked.join("root").to_str().unwrap()}}})).await);
     assert_ok(
         &api.admin(
@@ -395,7 +407,9 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
     assert!(health("b").await);
     let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [1]})).await;
     assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://b/"), "{s}");
+    // The operator fixes it: the root exists again (as a mount would make it).
     std::fs::remove_file(&blocked).unwrap();
+    std::fs::create_dir_all(blocked.join("root")).unwrap();
     wait_until("storage a recovers", 10, || async { health("a").await }).await;
     let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [2]})).await;
     assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://a/"), "{s}");
@@ -424,6 +438,8 @@ async fn a_lowered_quota_takes_effect_without_restarting_the_worker() {
 async fn only_the_over_quota_storage_type_is_reclaimed() {
     let api = Api::start();
     let dir = repo_root().join(".kvcm/test-data").join(unique("types"));
+    std::fs::create_dir_all(dir.join("f")).unwrap();
+    std::fs::create_dir_all(dir.join("t")).unwrap();
     assert_ok(
         &api.admin(
             "addStorage",
@@ -480,4 +496,112 @@ async fn only_the_over_quota_storage_type_is_reclaimed() {
     })
     .await;
     assert_eq!(usage().await.get("b2").copied().unwrap_or(0), t_before, "3FS blocks were kept");
+}
+
+fn data_plane(ns: &str, conn: redis::cluster_async::ClusterConnection) -> kvcm_core::store::DataPlane {
+    let limits = kvcm_core::store::Limits {
+        max_keys_per_request: 10_000,
+        write_timeout_default_s: 30,
+        write_timeout_max_s: 60,
+        usage_cache_ms: 1000,
+    };
+    kvcm_core::store::DataPlane::new(conn, ns, limits)
+}
+
+#[tokio::test]
+async fn releasing_the_same_deletion_twice_does_not_free_a_shared_file_early() {
+    let fx = Fixture::new(&[("tp0", 2)], 2, json!({})).await;
+    write_files(&fx, &[1, 2]).await; // one packed file holding both
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
+    let ns = &fx.api.namespace;
+    let del = instance_key(ns, &fx.instance, "del");
+    let mut c = valkey().await;
+    let _: () =
+        redis::cmd("XGROUP").arg("CREATE").arg(&del).arg("kvcm-deleters").arg("0").query_async(&mut c).await.unwrap();
+    let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("kvcm-deleters")
+        .arg("t")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&del)
+        .arg(">")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let entry = &reply.keys[0].ids[0];
+    let field = |f: &str| match &entry.map[f] {
+        redis::Value::BulkString(b) => b.clone(),
+        v => panic!("{v:?}"),
+    };
+    let data = data_plane(ns, c.clone());
+    let keys = data.keys(&fx.instance);
+    for _ in 0..3 {
+        // A redelivery (claimed by another worker, or a retried call) must be a no-op.
+        data.release_block(&keys, "kvcm-deleters", &entry.id, &field("k"), &field("l")).await.unwrap();
+    }
+    let files: std::collections::HashMap<Vec<u8>, i64> =
+        redis::cmd("HGETALL").arg(instance_key(ns, &fx.instance, "files")).query_async(&mut c).await.unwrap();
+    assert_eq!(files.values().copied().collect::<Vec<_>>(), vec![1], "block 2 still holds the file");
+    assert_eq!(int("XLEN", &del).await, 0, "no file_released entry was queued");
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[2], json!({})).await), vec![true]);
+}
+
+#[tokio::test]
+async fn a_block_written_again_before_its_old_copy_is_deleted_keeps_its_file() {
+    let fx =
+        Fixture::new(&[("tp0", 2)], 1, json!({"cache_config": {"reclaim_strategy": {"delay_before_delete_ms": 500}}}))
+            .await;
+    let first = write_files(&fx, &[5]).await;
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [5]})).await);
+    // The engine misses and writes the block again, to the same path, before the delete runs.
+    let again = write_files(&fx, &[5]).await;
+    assert_eq!(first, again, "the path is a function of the key");
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("the old copy's deletion is processed", 10, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(again[0].exists(), "the new write's file survives the old deletion");
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[5], json!({})).await), vec![true]);
+}
+
+#[tokio::test]
+async fn a_block_trimmed_while_being_written_has_its_file_deleted_after_the_finish() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let s = fx.start(&[7, 8]).await;
+    assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [8]})).await);
+    // The engine, unaware, writes both files and reports success.
+    let mut paths = Vec::new();
+    for loc in s["locations"].as_array().unwrap() {
+        let p = file_path(loc["location_specs"][0]["uri"].as_str().unwrap());
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"late").unwrap();
+        paths.push(p);
+    }
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 2})).await));
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[7, 8], json!({})).await), vec![false, false]);
+    wait_until("the late files are deleted, not leaked", 10, || async { paths.iter().all(|p| !p.exists()) }).await;
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    wait_until("no metadata is left", 10, || async { int("HLEN", &blocks).await == 0 }).await;
+}
+
+#[tokio::test]
+async fn a_large_trim_is_expanded_to_the_end() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    for p in 0..12i64 {
+        fx.write(&(p * 1000..p * 1000 + 250).collect::<Vec<_>>()).await; // 3,000 blocks, no files
+    }
+    assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
+    let _w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__DELETE_BATCH", "1000")]);
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("every trashed block is processed", 60, || async { int("XLEN", &del).await == 0 }).await;
+    let mut c = valkey().await;
+    let trash: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:v1:{{i:{}}}:trash:*", fx.api.namespace, fx.instance))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(trash.is_empty(), "the trash hash is gone: {trash:?}");
 }

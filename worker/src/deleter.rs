@@ -29,11 +29,16 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// One pass over every instance; one instance's failure does not starve the others.
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
+    let mut first_error = None;
     for instance in crate::discovery::instances(w) {
-        process_instance(w, &instance).await?;
+        if let Err(e) = process_instance(w, &instance).await {
+            tracing::warn!(%instance, error = %e, "deletion pass failed");
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// One pass over one instance's stream: claimed, own pending, then new entries. Returns how
@@ -179,10 +184,19 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
     let Some(key) = key_bytes.as_slice().try_into().ok().map(i64::from_be_bytes) else {
         return Outcome::Failed("bad block key".into());
     };
-    if loc.packed.is_none()
-        && let Err(e) = unlink_everywhere(w, &backend, instance, key, &loc).await
-    {
-        return Outcome::Failed(e);
+    if loc.packed.is_none() {
+        // The path is a function of the key: only unlink if the file still belongs to this
+        // deletion (a newer write of the key may own it), and hold the key while unlinking.
+        match w.data.claim_delete(keys, &entry.id, &key_bytes, &loc_bytes).await.as_deref() {
+            Ok("gone") => return Outcome::Done,
+            Ok("keep") => {}
+            Ok(_) => {
+                if let Err(e) = unlink_everywhere(w, &backend, instance, key, &loc).await {
+                    return Outcome::Failed(e);
+                }
+            }
+            Err(e) => return Outcome::Failed(e.to_string()),
+        }
     }
     match w.data.release_block(keys, GROUP, &entry.id, &key_bytes, &loc_bytes).await {
         Ok(()) => {

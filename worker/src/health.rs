@@ -3,8 +3,9 @@
 //! version). Unhealthy storages are skipped by startWriteCache and weighted out of reads until a
 //! check passes again.
 //!
-//! Probes: `file` / `hf3fs` — the root directory exists (it is created if missing) and a probe
-//! file can be written and removed in it. `mooncake` / `tair_mem_pool` — no client is
+//! Probes: `file` / `hf3fs` — the root directory exists (it is not created: a missing root
+//! usually means an unmounted NFS or 3FS, and writing to the local disk underneath would be
+//! wrong) and a probe file can be written and removed in it. `mooncake` / `tair_mem_pool` — no client is
 //! configured, so they are reported healthy.
 
 use crate::Worker;
@@ -18,7 +19,9 @@ pub async fn probe(backend: &Backend, worker_id: &str) -> Result<(), String> {
     };
     let probe = format!("{root}.kvcm-health-{worker_id}");
     tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {root}: {e}"))?;
+        if !std::path::Path::new(&root).is_dir() {
+            return Err(format!("root {root} is not a directory (not mounted?)"));
+        }
         std::fs::write(&probe, b"kvcm").map_err(|e| format!("cannot write {probe}: {e}"))?;
         std::fs::remove_file(&probe).map_err(|e| format!("cannot remove {probe}: {e}"))
     })
@@ -32,7 +35,12 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         let result = probe(&Backend::of(cfg), &w.id).await;
         let healthy = result.is_ok();
         w.metrics.storage_healthy.with_label_values(&[name]).set(healthy as i64);
-        if w.registry.set_storage_health(name, healthy).await? {
+        let changed = match w.registry.set_storage_health(name, healthy).await {
+            Ok(c) => c,
+            Err(kvcm_core::Error::Status { .. }) => continue, // removed meanwhile
+            Err(e) => return Err(e.into()),
+        };
+        if changed {
             match result {
                 Ok(()) => tracing::info!(storage = %name, "storage passes its health check again"),
                 Err(why) => tracing::warn!(storage = %name, %why, "storage failed its health check; writes skip it"),

@@ -57,12 +57,15 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
     let listener = tokio::net::TcpListener::bind((config.bind.as_str(), config.worker.metrics_port))
         .await
         .with_context(|| format!("cannot bind the worker metrics port {}", config.worker.metrics_port))?;
-    let id = if config.worker.id.is_empty() {
+    // Consumer names and lease owners must be unique per process, even when a config file
+    // sets the same id on several workers: a random suffix makes them so.
+    let base = if config.worker.id.is_empty() {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}-{}", host.trim(), std::process::id())
     } else {
         config.worker.id.clone()
     };
+    let id = format!("{base}-{:06x}", fastrand::u32(..) & 0xff_ffff);
     let worker = Worker {
         id,
         config: Arc::new(config),
@@ -86,6 +89,12 @@ fn warn_dangerous_settings(w: &Worker) {
                 "delay_before_delete_ms is not shorter than worker.claim_idle_ms: entries waiting out their delay \
                  look dead and are claimed back and forth between workers; raise claim_idle_ms");
         }
+    }
+    if claim < 1000 {
+        tracing::warn!(
+            claim_idle_ms = claim,
+            "worker.claim_idle_ms under 1 s: a slow storage makes workers claim each other's entries"
+        );
     }
     if w.config.worker.lease_ms < 4 * w.config.worker.reclaim_interval_ms.min(1000) {
         tracing::warn!(

@@ -21,12 +21,17 @@ use kvcm_core::wire::admin::{InstanceGroup, ReclaimPolicy};
 use std::collections::HashMap;
 use std::time::Instant;
 
+/// One round over every group; one group's failure does not starve the others.
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
     let snap = w.registry.snapshot();
+    let mut first_error = None;
     for group in snap.groups.values() {
-        reclaim_group(w, &snap, group).await?;
+        if let Err(e) = reclaim_group(w, &snap, group).await {
+            tracing::warn!(group = %group.name, error = %e, "reclaim failed");
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Usage of one instance: bytes per storage id.
@@ -43,15 +48,59 @@ fn watermark(group: &InstanceGroup, capacity: i64) -> Option<i64> {
     }
 }
 
-/// One group: publish usage, and reclaim what is over its watermarks. Returns bytes freed.
+/// One group: publish usage, and reclaim what is over its watermarks, under the group's lease
+/// (so two workers never both evict the same excess). Returns bytes freed.
 pub async fn reclaim_group(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -> anyhow::Result<i64> {
+    let (total, by_type, _) = group_usage(w, snap, group).await?;
+    w.metrics.publish_usage(group, total, &by_type);
+    if over_watermarks(group, total, &by_type).is_empty() {
+        return Ok(0);
+    }
+    let Some(lease) = w.data.group_lease_acquire(&group.name, &w.id, w.config.worker.lease_ms).await? else {
+        return Ok(0); // another worker is reclaiming this group
+    };
+    let result = reclaim_group_leased(w, snap, group).await;
+    w.data.group_lease_release(&group.name, &lease).await?;
+    result
+}
+
+/// The excess per scope: `None` = the group's total, `Some(type)` = one storage type.
+fn over_watermarks(
+    group: &InstanceGroup,
+    total: i64,
+    by_type: &HashMap<StorageType, i64>,
+) -> Vec<(Option<StorageType>, i64)> {
+    let mut out = Vec::new();
+    if let Some(wm) = watermark(group, group.quota.capacity)
+        && total > wm
+    {
+        out.push((None, total - wm));
+    }
+    for q in &group.quota.quota_config {
+        let used = by_type.get(&q.storage_type).copied().unwrap_or(0);
+        if let Some(wm) = watermark(group, q.capacity)
+            && q.capacity > 0
+            && used > wm
+        {
+            out.push((Some(q.storage_type), used - wm));
+        }
+    }
+    out
+}
+
+/// The group's usage: total bytes, bytes per storage type, and per instance per storage id.
+async fn group_usage<'a>(
+    w: &Worker,
+    snap: &'a Snapshot,
+    group: &InstanceGroup,
+) -> anyhow::Result<(i64, HashMap<StorageType, i64>, Vec<(&'a str, InstanceUsage)>)> {
     let instances: Vec<&str> = snap
         .instances
         .values()
         .filter(|i| i.instance_group_name == group.name)
         .map(|i| i.instance_id.as_str())
         .collect();
-    let mut usage: Vec<(&str, InstanceUsage)> = Vec::with_capacity(instances.len());
+    let mut usage: Vec<(&'a str, InstanceUsage)> = Vec::with_capacity(instances.len());
     for id in &instances {
         usage.push((id, w.data.instance_usage(id).await?));
     }
@@ -65,21 +114,16 @@ pub async fn reclaim_group(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -
             }
         }
     }
-    w.metrics.publish_usage(group, total, &by_type);
+    Ok((total, by_type, usage))
+}
+
+/// Under the group lease: usage read again (another worker may just have reclaimed), then each
+/// excess evicted.
+async fn reclaim_group_leased(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -> anyhow::Result<i64> {
+    let (total, by_type, usage) = group_usage(w, snap, group).await?;
     let mut freed = 0;
-    if let Some(wm) = watermark(group, group.quota.capacity)
-        && total > wm
-    {
-        freed += reclaim(w, snap, group, &usage, total - wm, None).await?;
-    }
-    for q in &group.quota.quota_config {
-        let used = by_type.get(&q.storage_type).copied().unwrap_or(0);
-        if let Some(wm) = watermark(group, q.capacity)
-            && q.capacity > 0
-            && used > wm
-        {
-            freed += reclaim(w, snap, group, &usage, used - wm, Some(q.storage_type)).await?;
-        }
+    for (scope, need) in over_watermarks(group, total, &by_type) {
+        freed += reclaim(w, snap, group, &usage, need, scope).await?;
     }
     Ok(freed)
 }
@@ -99,7 +143,7 @@ async fn reclaim(
     let mut order: Vec<&(&str, InstanceUsage)> = usage.iter().collect();
     order.sort_by_key(|(_, u)| -u.values().map(|(b, _)| b).sum::<i64>());
     let mut freed = 0;
-    'instances: for (instance, per_storage) in order {
+    for (instance, per_storage) in order {
         let storages: Vec<Option<u16>> = match only_type {
             None => vec![None],
             Some(t) => per_storage
@@ -114,47 +158,13 @@ async fn reclaim(
             continue; // another worker is reclaiming this instance
         };
         w.metrics.leases.with_label_values(&[instance]).inc();
-        for storage in storages {
-            let ttl_cutoff = kvcm_core::store::now_ms().saturating_sub(w.config.worker.ttl_s * 1000);
-            let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
-                ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
-                ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],
-                _ => vec![(EvictIndex::Lru, None)],
-            };
-            for (index, before) in passes {
-                while freed < need {
-                    // Renew the lease between batches; losing it stops this worker at once.
-                    if w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await?.as_deref() != Some(&lease)
-                    {
-                        continue 'instances;
-                    }
-                    let (n, bytes) = match w
-                        .data
-                        .evict(
-                            instance,
-                            &sizes,
-                            index,
-                            w.config.worker.evict_batch,
-                            before,
-                            storage,
-                            &lease,
-                            need - freed,
-                        )
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(kvcm_core::Error::Status { .. }) => continue 'instances, // lease lost
-                        Err(e) => return Err(e.into()),
-                    };
-                    if n == 0 {
-                        break;
-                    }
-                    freed += bytes;
-                    w.metrics.evictions.with_label_values(&[policy.name(), &group.name]).inc_by(n as u64);
-                }
-            }
-        }
+        let outcome = evict_instance(w, instance, &sizes, policy, &storages, &lease, need - freed, &group.name).await;
         w.data.lease_release(instance, &lease).await?;
+        let (bytes, lost) = outcome?;
+        freed += bytes;
+        if lost {
+            tracing::warn!(%instance, "reclaim lease lost mid-eviction; moving on");
+        }
         if freed >= need {
             break;
         }
@@ -162,4 +172,63 @@ async fn reclaim(
     w.metrics.reclaim_seconds.observe(started.elapsed().as_secs_f64());
     tracing::info!(group = %group.name, need, freed, "reclaimed");
     Ok(freed)
+}
+
+#[allow(clippy::too_many_arguments, reason = "the eviction's whole context")]
+/// Evicts up to `need` bytes from one leased instance. Returns the bytes freed and whether the
+/// lease was lost on the way.
+async fn evict_instance(
+    w: &Worker,
+    instance: &str,
+    sizes: &[i64],
+    policy: ReclaimPolicy,
+    storages: &[Option<u16>],
+    lease: &str,
+    need: i64,
+    group: &str,
+) -> anyhow::Result<(i64, bool)> {
+    let mut freed = 0;
+    for storage in storages {
+        let ttl_cutoff = kvcm_core::store::now_ms().saturating_sub(w.config.worker.ttl_s.saturating_mul(1000));
+        let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
+            ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
+            ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],
+            _ => vec![(EvictIndex::Lru, None)],
+        };
+        for (index, before) in passes {
+            let mut offset = 0;
+            while freed < need {
+                // Renew the lease between batches; losing it stops this worker at once.
+                if w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await?.as_deref() != Some(lease) {
+                    return Ok((freed, true));
+                }
+                let r = match w
+                    .data
+                    .evict(
+                        instance,
+                        sizes,
+                        index,
+                        w.config.worker.evict_batch,
+                        before,
+                        *storage,
+                        lease,
+                        need - freed,
+                        offset,
+                    )
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(kvcm_core::Error::Status { .. }) => return Ok((freed, true)), // lease lost
+                    Err(e) => return Err(e.into()),
+                };
+                freed += r.bytes;
+                w.metrics.evictions.with_label_values(&[policy.name(), group]).inc_by(r.blocks as u64);
+                if r.blocks == 0 && r.exhausted {
+                    break;
+                }
+                offset = r.next_offset;
+            }
+        }
+    }
+    Ok((freed, false))
 }

@@ -252,6 +252,12 @@ pub fn registration(req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
             return Err(Error::invalid(format!("location_spec_infos \"{}\" size must be > 0 bytes", s.name)));
         }
     }
+    let total: i64 = req.location_spec_infos.iter().map(|s| s.size).sum();
+    if total > u32::MAX as i64 {
+        return Err(Error::invalid(format!(
+            "location_spec_infos sum to {total} bytes per block; at most 4 GiB are supported"
+        )));
+    }
     let mut groups = HashSet::new();
     for g in &req.location_spec_groups {
         name("location_spec_groups[].name", &g.name)?;

@@ -15,6 +15,17 @@ pub enum EvictIndex {
     Lfu,
 }
 
+/// What one evict call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    pub blocks: i64,
+    pub bytes: i64,
+    /// Where the next call should start in the index (leaves on other storages are skipped).
+    pub next_offset: i64,
+    /// Whether the index had no more candidates.
+    pub exhausted: bool,
+}
+
 impl DataPlane {
     /// Fails up to `limit` of the instance's sessions past their deadline, like a finish with
     /// no successes. Returns how many were expired.
@@ -74,6 +85,13 @@ impl DataPlane {
         .map(drop)
     }
 
+    /// Before unlinking an unpacked block's file: `"unlink"`, `"keep"` (a newer write owns the
+    /// path) or `"gone"` (entry already completed). See `lua/claim_delete.lua`.
+    pub async fn claim_delete(&self, keys: &InstanceKeys, id: &str, key: &[u8], loc: &[u8]) -> Result<String> {
+        let r = self.run(&scripts::CLAIM_DELETE, &[&keys.blocks, &keys.del], &[id.as_bytes(), key, loc]).await?;
+        super::first(r)
+    }
+
     /// Queues up to `n` trash records as per-location entries. Returns whether the trash is done.
     pub async fn expand_trash(
         &self,
@@ -94,26 +112,41 @@ impl DataPlane {
     /// Takes or renews the reclaim lease on an instance; `None` when another worker holds it.
     pub async fn lease_acquire(&self, instance_id: &str, worker: &str, ms: u64) -> Result<Option<String>> {
         let keys = self.keys(instance_id);
+        self.lease_acquire_at(&keys.lease, &keys.lease_seq, worker, ms).await
+    }
+
+    /// Gives the lease back if still held.
+    pub async fn lease_release(&self, instance_id: &str, lease: &str) -> Result<()> {
+        self.lease_release_at(&self.keys(instance_id).lease, lease).await
+    }
+
+    /// Takes or renews a group's reclaim lease.
+    pub async fn group_lease_acquire(&self, group: &str, worker: &str, ms: u64) -> Result<Option<String>> {
+        let keys = crate::keys::GroupKeys::new(&self.namespace, group);
+        self.lease_acquire_at(&keys.lease, &keys.lease_seq, worker, ms).await
+    }
+
+    /// Gives a group's lease back if still held.
+    pub async fn group_lease_release(&self, group: &str, lease: &str) -> Result<()> {
+        self.lease_release_at(&crate::keys::GroupKeys::new(&self.namespace, group).lease, lease).await
+    }
+
+    async fn lease_acquire_at(&self, lease: &str, seq: &str, worker: &str, ms: u64) -> Result<Option<String>> {
         let ms = ms.to_string();
-        match self
-            .run(&scripts::LEASE_ACQUIRE, &[&keys.lease, &keys.lease_seq], &[worker.as_bytes(), ms.as_bytes()])
-            .await
-        {
+        match self.run(&scripts::LEASE_ACQUIRE, &[lease, seq], &[worker.as_bytes(), ms.as_bytes()]).await {
             Ok(r) => Ok(Some(super::first(r)?)),
             Err(Error::Status { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Gives the lease back if still held.
-    pub async fn lease_release(&self, instance_id: &str, lease: &str) -> Result<()> {
-        let keys = self.keys(instance_id);
-        self.run(&scripts::LEASE_RELEASE, &[&keys.lease], &[lease.as_bytes()]).await.map(drop)
+    async fn lease_release_at(&self, lease_key: &str, lease: &str) -> Result<()> {
+        self.run(&scripts::LEASE_RELEASE, &[lease_key], &[lease.as_bytes()]).await.map(drop)
     }
 
     /// Evicts up to `n` serving leaves by `index` (only those accessed before `before_ms`, and only
     /// on `storage` when given), under `lease`, stopping once `budget` bytes are freed (0 = no
-    /// byte limit). Returns (blocks, bytes) freed.
+    /// byte limit), starting `offset` leaves into the index. Returns what it did.
     #[allow(clippy::too_many_arguments, reason = "one argument per script parameter")]
     pub async fn evict(
         &self,
@@ -125,7 +158,8 @@ impl DataPlane {
         storage: Option<u16>,
         lease: &str,
         budget: i64,
-    ) -> Result<(i64, i64)> {
+        offset: i64,
+    ) -> Result<Evicted> {
         let keys = self.keys(instance_id);
         let sizes = group_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
         let index = match index {
@@ -138,6 +172,7 @@ impl DataPlane {
             storage.unwrap_or(0).to_string(),
             budget.max(0).to_string(),
         );
+        let offset = offset.max(0).to_string();
         let r = self
             .run(
                 &scripts::EVICT,
@@ -150,12 +185,12 @@ impl DataPlane {
                     storage.as_bytes(),
                     lease.as_bytes(),
                     budget.as_bytes(),
+                    offset.as_bytes(),
                 ],
             )
             .await?;
-        let mut it = r.into_iter();
-        let evicted: i64 = it.next().map(redis::from_redis_value).transpose()?.unwrap_or(0);
-        let freed: i64 = it.next().map(redis::from_redis_value).transpose()?.unwrap_or(0);
-        Ok((evicted, freed))
+        let mut it = r.into_iter().map(redis::from_redis_value::<i64>);
+        let mut next = || -> Result<i64> { Ok(it.next().transpose()?.unwrap_or(0)) };
+        Ok(Evicted { blocks: next()?, bytes: next()?, next_offset: next()?, exhausted: next()? == 1 })
     }
 }

@@ -63,7 +63,7 @@ pub fn decode_location(b: &[u8], p: usize) -> Option<(Location, usize)> {
     let state = match *b.get(p)? {
         b'W' => LocState::Writing,
         b'S' => LocState::Serving,
-        b'D' => LocState::Deleting,
+        b'D' | b'X' => LocState::Deleting,
         _ => return None,
     };
     let storage = u16_at(b, p + 1)?;
