@@ -89,6 +89,10 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
             .await?;
         let entries: Vec<StreamId> = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids).collect();
         for entry in entries {
+            // A retry waits out its backoff (set by `fail`); only redelivered entries can have one.
+            if from == "0" && backing_off(w, &keys, &entry.id).await? {
+                continue;
+            }
             match handle(w, instance, &keys, &entry).await {
                 Outcome::Done => {
                     done += 1;
@@ -251,12 +255,34 @@ async fn unlink_everywhere(
     .map_err(|e| e.to_string())?
 }
 
-/// Counts a failure; after `max_delete_attempts` moves the entry to the dead-letter stream.
+/// Whether a failed entry is still waiting out its backoff.
+async fn backing_off(w: &Worker, keys: &InstanceKeys, id: &str) -> anyhow::Result<bool> {
+    let mut conn = w.conn.clone();
+    let next: Option<u64> =
+        redis::cmd("HGET").arg(&keys.del_fail).arg(format!("{id}:t")).query_async(&mut conn).await?;
+    Ok(next.is_some_and(|t| t > kvcm_core::store::now_ms()))
+}
+
+/// The wait before retry `attempts` + 1: 1 s, 2 s, 4 s, … capped at 5 minutes, so a storage
+/// outage of a few minutes does not dead-letter its deletions.
+pub fn backoff_ms(attempts: u64) -> u64 {
+    1000u64.saturating_mul(1 << attempts.saturating_sub(1).min(16)).min(300_000)
+}
+
+/// Counts a failure and schedules the retry; after `max_delete_attempts` moves the entry to the
+/// dead-letter stream.
 async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> anyhow::Result<()> {
     let mut conn = w.conn.clone();
     let attempts: u64 = redis::cmd("HINCRBY").arg(&keys.del_fail).arg(&entry.id).arg(1).query_async(&mut conn).await?;
     tracing::warn!(stream = %keys.del, id = %entry.id, attempts, error = %why, "deletion failed");
     if attempts < w.config.worker.max_delete_attempts {
+        let next = kvcm_core::store::now_ms() + backoff_ms(attempts);
+        let _: () = redis::cmd("HSET")
+            .arg(&keys.del_fail)
+            .arg(format!("{}:t", entry.id))
+            .arg(next)
+            .query_async(&mut conn)
+            .await?;
         return Ok(());
     }
     let mut add = redis::cmd("XADD");
@@ -283,10 +309,21 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
         .cmd("HDEL")
         .arg(&keys.del_fail)
         .arg(&entry.id)
+        .arg(format!("{}:t", entry.id))
         .ignore()
         .query_async(&mut conn)
         .await?;
     w.metrics.dead_letters.inc();
     tracing::error!(stream = %keys.del, id = %entry.id, error = %why, "deletion moved to the dead-letter stream");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn retries_back_off_exponentially_up_to_five_minutes() {
+        let waits: Vec<u64> = (1..=10).map(super::backoff_ms).collect();
+        assert_eq!(&waits[..5], &[1000, 2000, 4000, 8000, 16000]);
+        assert_eq!(super::backoff_ms(40), 300_000);
+    }
 }
