@@ -525,3 +525,30 @@ async fn the_event_log_records_reads_and_writes_as_json_lines() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("requests:          1") && text.contains("block accesses:    3"), "{text}");
 }
+
+#[tokio::test]
+async fn a_storage_that_still_holds_blocks_cannot_be_removed() {
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    fx.write(&[1, 2]).await;
+    // Drop it from the group's candidates, so only the blocks keep it in use.
+    let dir = repo_root().join(".kvcm/test-data").join(unique("other"));
+    assert_ok(
+        &fx.api
+            .admin(
+                "addStorage",
+                json!({"storage": {"global_unique_name": "other", "nfs": {"root_path": dir.to_str().unwrap()}}}),
+            )
+            .await,
+    );
+    assert_ok(&fx.api.admin("updateInstanceGroup", json!({"instance_group": {"name": "g", "storage_candidates": ["other"], "version": 2}, "current_version": 1})).await);
+    let ns = fx.api.namespace.clone();
+    unchanged(
+        &ns,
+        async { fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await.1 },
+        "INVALID_ARGUMENT",
+        "still holds 2 block(s)",
+    )
+    .await;
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
+    assert_ok(&fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await);
+}

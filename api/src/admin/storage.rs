@@ -29,8 +29,30 @@ pub async fn disable(State(s): State<AppState>, WireJson(req): WireJson<StorageN
     Reply(s.registry.set_storage_available(&req.storage_unique_name, false).await.map(|_| Empty {}))
 }
 
+/// Refused while a group lists the storage (checked atomically by the script) or while an
+/// instance still has serving blocks on it (checked first: a storage no group lists receives no
+/// new blocks, so the count can only fall). Removing it then would leave blocks whose data no
+/// worker could delete.
 pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<StorageNameRequest>) -> Reply<Empty> {
-    Reply(s.registry.remove_storage(&req.storage_unique_name).await.map(|_| Empty {}))
+    Reply(
+        async {
+            let name = &req.storage_unique_name;
+            let snap = s.registry.reload().await?;
+            if let Some(&id) = snap.storage_ids.get(name) {
+                for instance in snap.instances.keys() {
+                    let blocks = s.data.instance_usage(instance).await?.get(&id).map(|(_, n)| *n).unwrap_or(0);
+                    if blocks > 0 {
+                        return Err(Error::invalid(format!(
+                            "storage '{name}' still holds {blocks} block(s) of instance '{instance}'; \
+                             remove them (removeCache / trimCache) and let the workers delete them first"
+                        )));
+                    }
+                }
+            }
+            s.registry.remove_storage(name).await.map(|_| Empty {})
+        }
+        .await,
+    )
 }
 
 pub async fn list(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<ListStorageResponse> {
