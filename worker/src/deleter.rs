@@ -64,16 +64,25 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
         return Err(e.into());
     }
     let batch = w.config.worker.delete_batch;
-    let _: redis::Value = redis::cmd("XAUTOCLAIM")
+    // XAUTOCLAIM scans a bounded part of the pending list per call: continue from where the
+    // last call stopped, so dead consumers' entries deep in the list are reached too.
+    let cursor = w.claim_cursors.lock().unwrap_or_else(|p| p.into_inner()).get(instance).cloned();
+    let claimed: redis::Value = redis::cmd("XAUTOCLAIM")
         .arg(&keys.del)
         .arg(GROUP)
         .arg(&w.id)
         .arg(w.config.worker.claim_idle_ms)
-        .arg("0-0")
+        .arg(cursor.as_deref().unwrap_or("0-0"))
         .arg("COUNT")
         .arg(batch)
         .query_async(&mut conn)
         .await?;
+    if let redis::Value::Array(parts) = claimed
+        && let Some(next) = parts.into_iter().next().and_then(|v| redis::from_redis_value::<String>(v).ok())
+    {
+        w.claim_cursors.lock().unwrap_or_else(|p| p.into_inner()).insert(instance.to_string(), next);
+    }
+    forget_dead_consumers(w, &keys).await;
     let mut done = 0;
     for from in ["0", ">"] {
         let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
@@ -113,6 +122,35 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
         w.metrics.stream_pending.with_label_values(&[instance]).set(*n);
     }
     Ok(done)
+}
+
+/// Removes consumers that hold nothing and have been idle for ten claim periods (workers that
+/// stopped), so the group's consumer list does not grow with every restart. Best effort.
+async fn forget_dead_consumers(w: &Worker, keys: &InstanceKeys) {
+    let mut conn = w.conn.clone();
+    let Ok(consumers) = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&keys.del)
+        .arg(GROUP)
+        .query_async::<Vec<HashMap<String, redis::Value>>>(&mut conn)
+        .await
+    else {
+        return;
+    };
+    let idle_limit = (w.config.worker.claim_idle_ms * 10) as i64;
+    for c in consumers {
+        let int = |k: &str| c.get(k).and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok()).unwrap_or(0);
+        let name = c.get("name").and_then(|v| redis::from_redis_value::<String>(v.clone()).ok()).unwrap_or_default();
+        if name != w.id && int("pending") == 0 && int("idle") > idle_limit {
+            let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+                .arg("DELCONSUMER")
+                .arg(&keys.del)
+                .arg(GROUP)
+                .arg(&name)
+                .query_async(&mut conn)
+                .await;
+        }
+    }
 }
 
 fn bytes(entry: &StreamId, field: &str) -> Option<Vec<u8>> {

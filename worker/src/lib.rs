@@ -39,6 +39,8 @@ pub struct Worker {
     pub data: DataPlane,
     pub metrics: Arc<metrics::Metrics>,
     pub instances: Arc<std::sync::RwLock<Vec<String>>>,
+    /// Per instance: where the next XAUTOCLAIM continues in the pending list.
+    pub claim_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 /// A built worker with its metrics listener bound.
@@ -74,6 +76,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         data,
         metrics: metrics::Metrics::new(),
         instances: Default::default(),
+        claim_cursors: Default::default(),
     };
     warn_dangerous_settings(&worker);
     Ok(Server { metrics_addr: listener.local_addr()?, worker, listener })
