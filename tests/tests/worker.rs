@@ -605,3 +605,24 @@ async fn a_large_trim_is_expanded_to_the_end() {
         .unwrap();
     assert!(trash.is_empty(), "the trash hash is gone: {trash:?}");
 }
+
+#[tokio::test]
+async fn blocks_left_by_a_write_racing_remove_instance_are_deleted() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let paths = write_files(&fx, &[1, 2]).await;
+    // Simulate the race: the instance is unregistered while blocks remain (as if a write landed
+    // between removeInstance's trim and its unregistration).
+    let mut c = valkey().await;
+    let _: () = redis::cmd("HDEL")
+        .arg(format!("{}:v1:{{reg}}:instances", fx.api.namespace))
+        .arg(&fx.instance)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () =
+        redis::cmd("INCR").arg(format!("{}:v1:{{reg}}:version", fx.api.namespace)).query_async(&mut c).await.unwrap();
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    wait_until("the orphaned files are deleted", 10, || async { paths.iter().all(|p| !p.exists()) }).await;
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    wait_until("no metadata is left", 10, || async { int("HLEN", &blocks).await == 0 }).await;
+}

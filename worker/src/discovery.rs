@@ -1,5 +1,5 @@
 //! Finds the instances with background work: every primary is scanned for the namespace's
-//! deletion streams and session sets (SCAN reaches one node at a time). Registry instances are
+//! deletion streams, session sets and block hashes (SCAN reaches one node at a time). Registry instances are
 //! included too, so a new instance is covered before its first deletion.
 
 use crate::Worker;
@@ -52,7 +52,9 @@ async fn scan_node(w: &Worker, addr: &str, found: &mut BTreeSet<String>) -> anyh
         client.get_multiplexed_async_connection(),
     )
     .await??;
-    for pattern in [format!("{ns}:v1:{{i:*}}:del"), format!("{ns}:v1:{{i:*}}:sessions")] {
+    for pattern in
+        [format!("{ns}:v1:{{i:*}}:del"), format!("{ns}:v1:{{i:*}}:sessions"), format!("{ns}:v1:{{i:*}}:blocks")]
+    {
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
