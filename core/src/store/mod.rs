@@ -28,6 +28,9 @@ use crate::wire::admin::StorageConfig;
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
 
+/// Fields per HMGET when a read names many blocks.
+pub const HMGET_CHUNK: usize = 1024;
+
 /// Limits that protect Valkey and the frontends from oversized requests.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -66,14 +69,25 @@ impl DataPlane {
         self.conn.clone()
     }
 
-    /// HMGET of the given blocks' records.
+    /// HMGET of the given blocks' records. Long lists go as concurrent HMGETs of
+    /// [`HMGET_CHUNK`] fields, pipelined on the one connection, so the client decodes early
+    /// chunks while Valkey answers later ones (each HMGET is atomic; the read as a whole need
+    /// not be, as with any prefix read racing writes).
     async fn records(&self, keys: &InstanceKeys, blocks: &[i64]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(&keys.blocks);
-        for b in blocks {
-            cmd.arg(&block_field(*b)[..]);
+        let hmget = |chunk: &[i64]| {
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(&keys.blocks);
+            for b in chunk {
+                cmd.arg(&block_field(*b)[..]);
+            }
+            let mut conn = self.conn();
+            async move { cmd.query_async::<Vec<Option<Vec<u8>>>>(&mut conn).await }
+        };
+        if blocks.len() <= 2 * HMGET_CHUNK {
+            return Ok(hmget(blocks).await?);
         }
-        Ok(cmd.query_async(&mut self.conn()).await?)
+        let parts = futures::future::try_join_all(blocks.chunks(HMGET_CHUNK).map(hmget)).await?;
+        Ok(parts.into_iter().flatten().collect())
     }
 
     /// Runs a data-plane script whose reply starts with a status code; returns the rest.
