@@ -552,3 +552,20 @@ async fn a_storage_that_still_holds_blocks_cannot_be_removed() {
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
     assert_ok(&fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await);
 }
+
+#[tokio::test]
+async fn long_prefixes_read_in_chunks_match_exactly() {
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let keys: Vec<i64> = (1..=3000).collect();
+    fx.write(&keys).await;
+    let all = fx.get("QT_PREFIX_MATCH", &keys, json!({})).await;
+    assert_eq!(all["locations"].as_array().unwrap().len(), 3000);
+    let last = all["locations"][2999]["location_specs"][0]["uri"].as_str().unwrap();
+    assert!(last.contains(&format!("{:016x}", 3000u64)), "chunks are joined in order: {last}");
+    let mut gap = keys.clone();
+    gap[2500] = 999_999; // a miss in the third chunk
+    assert_eq!(fx.get("QT_PREFIX_MATCH", &gap, json!({})).await["locations"].as_array().unwrap().len(), 2500);
+    let batch = Fixture::real(&fx.get("QT_BATCH_GET", &gap, json!({})).await);
+    assert_eq!(batch.iter().filter(|h| !**h).count(), 1);
+    assert!(!batch[2500]);
+}
