@@ -68,6 +68,15 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         over_percent: u64,
     },
+    /// Throughput, side by side in one run: 128-block prefix reads through HTTP vs the same reads
+    /// called straight on the data plane (DESIGN §7: HTTP ≥ 60% of direct), and two-phase writes
+    /// of 32 new blocks per session through HTTP (target ≥ 5k sessions/s).
+    Throughput {
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// Serial prefix-match latency through a real HTTP frontend (p50 / p99).
     Latency {
         #[arg(long, value_delimiter = ',', default_value = "100,1000,5000,20000")]
@@ -210,6 +219,29 @@ async fn command_stat(node: &mut redis::aio::MultiplexedConnection, cmd: &str) -
         line.split(',').find_map(|kv| kv.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok()).unwrap_or(0.0)
     };
     Ok((get("calls"), get("usec")))
+}
+
+/// An in-process kvcm-api (the real router and HTTP server) on a free loopback port.
+async fn serve(
+    valkey: &str,
+    ns: &str,
+    max_keys: usize,
+) -> Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>)> {
+    let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
+    config.meta_port = 0;
+    config.admin_port = 0;
+    config.valkey_url = valkey.to_string();
+    config.namespace = ns.to_string();
+    config.max_keys_per_request = max_keys.max(1);
+    config.max_body_bytes = 64 << 20;
+    config.log_level = "warn".into();
+    let server = kvcm_api::build(config).await?;
+    let addr = server.meta_addr;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.run(async move {
+        let _ = stop_rx.await;
+    }));
+    Ok((addr, stop_tx, serving))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -397,6 +429,104 @@ async fn main() -> Result<()> {
             );
             b.cleanup().await?;
         }
+        Cmd::Throughput { concurrency, seconds } => {
+            let b = Arc::new(Bench::new(&args.valkey, 1).await?);
+            let prompts = Arc::new(b.fill(8192, 128, 1024).await?); // 1M blocks, 1,024 kept for reads
+            let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16).await?;
+            let base = format!("http://{}", server);
+            let dur = std::time::Duration::from_secs(seconds);
+            // Direct: the data plane's read, as a frontend calls it.
+            let direct = {
+                let snap = b.registry.snapshot();
+                let inst = b.registry.instance(&b.instance).await?;
+                let t = Instant::now();
+                let tasks = (0..concurrency).map(|i| {
+                    let (b, prompts, snap, inst) = (b.clone(), prompts.clone(), snap.clone(), inst.clone());
+                    tokio::spawn(async move {
+                        let mut n = 0u64;
+                        while t.elapsed() < dur {
+                            let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
+                            b.data
+                                .get_cache_location(
+                                    &snap,
+                                    &inst,
+                                    QueryType::QT_PREFIX_MATCH,
+                                    keys,
+                                    &BlockMask::Offset(0),
+                                    0,
+                                    &[],
+                                )
+                                .await?;
+                            n += 1;
+                        }
+                        anyhow::Ok(n)
+                    })
+                });
+                let mut total = 0;
+                for h in futures::future::join_all(tasks).await {
+                    total += h??;
+                }
+                total as f64 / t.elapsed().as_secs_f64()
+            };
+            // HTTP: the same reads through the real router and server.
+            let http = {
+                let client = reqwest::Client::new();
+                let t = Instant::now();
+                let tasks = (0..concurrency).map(|i| {
+                    let (client, prompts, url, inst) = (client.clone(), prompts.clone(), format!("{base}/api/getCacheLocation"), b.instance.clone());
+                    tokio::spawn(async move {
+                        let mut n = 0u64;
+                        while t.elapsed() < dur {
+                            let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
+                            let body = serde_json::json!({"instance_id": inst, "query_type": "QT_PREFIX_MATCH", "block_keys": keys});
+                            client.post(&url).body(body.to_string()).send().await?.bytes().await?;
+                            n += 1;
+                        }
+                        anyhow::Ok(n)
+                    })
+                });
+                let mut total = 0;
+                for h in futures::future::join_all(tasks).await {
+                    total += h??;
+                }
+                total as f64 / t.elapsed().as_secs_f64()
+            };
+            println!(
+                "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
+                100.0 * http / direct
+            );
+            // Two-phase writes of 32 new blocks per session through HTTP.
+            let client = reqwest::Client::new();
+            let t = Instant::now();
+            let tasks = (0..concurrency).map(|_| {
+                let (client, base, inst) = (client.clone(), base.clone(), b.instance.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while t.elapsed() < dur {
+                        let keys: Vec<i64> = (0..32).map(|_| fastrand::i64(..)).collect();
+                        let s: serde_json::Value = client
+                            .post(format!("{base}/api/startWriteCache"))
+                            .body(serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string())
+                            .send().await?.json().await?;
+                        let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 32}});
+                        client.post(format!("{base}/api/finishWriteCache")).body(f.to_string()).send().await?.bytes().await?;
+                        n += 1;
+                    }
+                    anyhow::Ok(n)
+                })
+            });
+            let mut total = 0;
+            for h in futures::future::join_all(tasks).await {
+                total += h??;
+            }
+            println!(
+                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent: {:.0} sessions/s",
+                total as f64 / t.elapsed().as_secs_f64()
+            );
+            let _ = stop_tx.send(());
+            serving.await??;
+            b.cleanup().await?;
+        }
         Cmd::Latency { sizes, requests } => {
             let b = Bench::new(&args.valkey, 1).await?;
             let longest = *sizes.iter().max().unwrap_or(&0);
@@ -409,20 +539,8 @@ async fn main() -> Result<()> {
                 let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
                 b.data.finish_write_cache(&b.instance, &w.session_id, Some(&mask)).await?;
             }
-            let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
-            config.meta_port = 0;
-            config.admin_port = 0;
-            config.valkey_url = args.valkey.clone();
-            config.namespace = b.ns.clone();
-            config.max_keys_per_request = longest.max(1);
-            config.max_body_bytes = 64 << 20;
-            config.log_level = "warn".into();
-            let server = kvcm_api::build(config).await?;
-            let meta = format!("http://{}/api/getCacheLocation", server.meta_addr);
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let serving = tokio::spawn(server.run(async move {
-                let _ = stop_rx.await;
-            }));
+            let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest).await?;
+            let meta = format!("http://{addr}/api/getCacheLocation");
             let http = reqwest::Client::new();
             for &n in &sizes {
                 let body = serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]}).to_string();
