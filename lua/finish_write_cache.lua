@@ -59,6 +59,7 @@ end
 
 local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
 local done = 0
+local fresh, order, used = {}, {}, {}
 for j = 1, n do
   local key, bytes, sloc = session_loc(sess, j)
   local rec = redis.call('HGET', K.blocks, key)
@@ -71,8 +72,12 @@ for j = 1, n do
         if st == 'W' and ok[j] then
           rec = set_state(rec, p, 'S')
           redis.call('HSET', K.blocks, key, rec)
-          usage_add(K, loc_storage(rec, p), bytes, 1)
-          link_serving(K, key, rec, now)
+          local sid = loc_storage(rec, p)
+          local u = used[sid] or {0, 0}
+          used[sid] = {u[1] + bytes, u[2] + 1}
+          link_parent(K, key, rec, fresh)
+          fresh[key] = rec
+          order[#order + 1] = key
           done = done + 1
         elseif st == 'W' then
           queue_delete(K, key, loc_bytes(rec, p), 'write_failed')
@@ -95,6 +100,8 @@ for j = 1, n do
     queue_delete(K, key, sloc, 'trimmed_while_writing')
   end
 end
+for sid, u in pairs(used) do usage_add(K, sid, u[1], u[2]) end
+index_leaves(K, order, fresh, now)
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return {1, done}

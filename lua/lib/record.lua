@@ -67,28 +67,39 @@ local function usage_add(K, storage, bytes, blocks)
   redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
 end
 
--- A block started serving: count it in its parent (which stops being a leaf) and, if it has
--- no serving children itself, index it as a leaf.
-local function link_serving(K, key, rec, score)
+-- A block started serving: count it in its parent, which stops being a leaf. `fresh` maps the
+-- blocks that started serving earlier in the same script (not indexed yet, see index_leaves,
+-- so they need no ZREM) to their latest record, which saves reading them back.
+local function link_parent(K, key, rec, fresh)
   local parent = rec_parent(rec)
   if parent and parent ~= key then
     -- A parent without a record (not cached right now) gets a header-only one, so that when it
     -- is written again it is not mistaken for a leaf while this child serves.
-    local prec = redis.call('HGET', K.blocks, parent) or rec_new(nil)
+    local prec = fresh[parent] or redis.call('HGET', K.blocks, parent) or rec_new(nil)
     local c = rec_children(prec)
     -- Saturates: a block with 65535 serving children stays interior for good (never evicted
     -- before them), rather than wrapping to 0.
     if c < 65535 then c = c + 1 end
-    redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
-    if c == 1 then
+    prec = rec_set_children(prec, c)
+    redis.call('HSET', K.blocks, parent, prec)
+    if fresh[parent] then fresh[parent] = prec end
+    if c == 1 and not fresh[parent] then
       redis.call('ZREM', K.lru, parent)
       redis.call('ZREM', K.lfu, parent)
     end
   end
-  if rec_children(rec) == 0 then
-    redis.call('ZADD', K.lru, score, key)
-    local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
-    redis.call('ZADD', K.lfu, 'NX', clock + 1, key)
+end
+
+-- Indexes, once all links of a script are made, the blocks of `order` that are leaves: a
+-- chain written in one session costs one index entry, not one per block added then removed.
+local function index_leaves(K, order, fresh, score)
+  local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
+  for _, key in ipairs(order) do
+    local rec = fresh[key]
+    if rec and rec_children(rec) == 0 and has_state(rec, 'S') then
+      redis.call('ZADD', K.lru, score, key)
+      redis.call('ZADD', K.lfu, 'NX', clock + 1, key)
+    end
   end
 end
 
