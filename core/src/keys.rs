@@ -130,6 +130,11 @@ impl InstanceKeys {
         format!("{}s:{session_id}", self.prefix)
     }
 
+    /// KEYS of `finish_write_cache.lua` (finish and expiry) for one session's record key.
+    pub fn finish_keys<'a>(&'a self, session_key: &'a str) -> [&'a str; 8] {
+        [&self.blocks, session_key, &self.sessions, &self.usage, &self.lru, &self.lfu, &self.itouch, &self.del]
+    }
+
     /// A trash hash receiving every block of a trim.
     pub fn trash(&self, id: &str) -> String {
         format!("{}trash:{id}", self.prefix)

@@ -202,18 +202,7 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
             return Outcome::Failed(e);
         }
         let mut conn = w.conn.clone();
-        let acked: redis::RedisResult<()> = redis::pipe()
-            .cmd("XACK")
-            .arg(&keys.del)
-            .arg(GROUP)
-            .arg(&entry.id)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&keys.del)
-            .arg(&entry.id)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
+        let acked: redis::RedisResult<()> = ack(&mut redis::pipe(), keys, &entry.id).query_async(&mut conn).await;
         return match acked {
             Ok(()) => {
                 w.metrics.deletions.with_label_values(&[&storage, "file_released"]).inc();
@@ -307,6 +296,11 @@ pub fn backoff_ms(attempts: u64) -> u64 {
     1000u64.saturating_mul(1 << attempts.saturating_sub(1).min(16)).min(300_000)
 }
 
+/// Adds the acknowledgement and removal of one entry to a pipeline.
+fn ack<'a>(pipe: &'a mut redis::Pipeline, keys: &InstanceKeys, id: &str) -> &'a mut redis::Pipeline {
+    pipe.cmd("XACK").arg(&keys.del).arg(GROUP).arg(id).ignore().cmd("XDEL").arg(&keys.del).arg(id).ignore()
+}
+
 /// Counts a failure and schedules the retry; after `max_delete_attempts` moves the entry to the
 /// dead-letter stream.
 async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> anyhow::Result<()> {
@@ -332,18 +326,9 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
         }
     }
     add.arg("error").arg(why).arg("attempts").arg(attempts).arg("entry").arg(&entry.id);
-    let _: () = redis::pipe()
-        .add_command(add)
-        .ignore()
-        .cmd("XACK")
-        .arg(&keys.del)
-        .arg(GROUP)
-        .arg(&entry.id)
-        .ignore()
-        .cmd("XDEL")
-        .arg(&keys.del)
-        .arg(&entry.id)
-        .ignore()
+    let mut pipe = redis::pipe();
+    pipe.add_command(add).ignore();
+    let _: () = ack(&mut pipe, keys, &entry.id)
         .cmd("HDEL")
         .arg(&keys.del_fail)
         .arg(&entry.id)

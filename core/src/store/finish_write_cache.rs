@@ -44,16 +44,7 @@ impl DataPlane {
         let reply = self
             .run(
                 &scripts::FINISH_WRITE_CACHE,
-                &[
-                    &keys.blocks,
-                    &session_key,
-                    &keys.sessions,
-                    &keys.usage,
-                    &keys.lru,
-                    &keys.lfu,
-                    &keys.itouch,
-                    &keys.del,
-                ],
+                &keys.finish_keys(&session_key),
                 &[session_id.as_bytes(), mask.as_bytes()],
             )
             .await

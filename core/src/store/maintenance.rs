@@ -45,20 +45,7 @@ impl DataPlane {
         for id in due {
             let session_key = keys.session(&id);
             let r = self
-                .run(
-                    &scripts::FINISH_WRITE_CACHE,
-                    &[
-                        &keys.blocks,
-                        &session_key,
-                        &keys.sessions,
-                        &keys.usage,
-                        &keys.lru,
-                        &keys.lfu,
-                        &keys.itouch,
-                        &keys.del,
-                    ],
-                    &[id.as_bytes(), b"o0", b"expire"],
-                )
+                .run(&scripts::FINISH_WRITE_CACHE, &keys.finish_keys(&session_key), &[id.as_bytes(), b"o0", b"expire"])
                 .await?;
             if super::first::<i64>(r)? >= 0 {
                 expired += 1;
