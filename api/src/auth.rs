@@ -28,9 +28,17 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Verified credentials: digest of the header value → (user, stored hash it was checked against).
-#[derive(Debug, Default)]
+/// Argon2 checks run one at a time, so guessing passwords can occupy at most one core.
+#[derive(Debug)]
 pub struct AuthCache {
     verified: Mutex<HashMap<[u8; 32], (String, String)>>,
+    argon2: tokio::sync::Semaphore,
+}
+
+impl Default for AuthCache {
+    fn default() -> Self {
+        AuthCache { verified: Mutex::default(), argon2: tokio::sync::Semaphore::new(1) }
+    }
 }
 
 const CACHE_LIMIT: usize = 4096;
@@ -74,6 +82,7 @@ async fn authenticate(state: &AppState, header_value: Option<String>) -> Result<
         return Ok(acct.role);
     }
     let (hash, role) = (acct.password_hash.clone(), acct.role);
+    let _one_at_a_time = state.auth.argon2.acquire().await;
     let ok =
         tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&password, &hash)).await.unwrap_or(false);
     if !ok {
