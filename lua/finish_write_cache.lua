@@ -59,10 +59,19 @@ end
 
 local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
 local done = 0
-local fresh, order, used = {}, {}, {}
+local fresh, order, used, cache = {}, {}, {}, {}
+-- Every record of the session in a few HMGETs (false = absent), not one call per key.
+for c = 1, n, 1000 do
+  local ks = {}
+  for j = c, math.min(c + 999, n) do ks[#ks + 1] = (session_loc(sess, j)) end
+  local part = redis.call('HMGET', K.blocks, unpack(ks))
+  for i = 1, #ks do
+    if cache[ks[i]] == nil then cache[ks[i]] = part[i] end
+  end
+end
 for j = 1, n do
   local key, bytes, sloc = session_loc(sess, j)
-  local rec = redis.call('HGET', K.blocks, key)
+  local rec = cache[key]
   local found = false
   if rec then
     for _, p in ipairs(locs(rec)) do
@@ -72,11 +81,12 @@ for j = 1, n do
         if st == 'W' and ok[j] then
           rec = set_state(rec, p, 'S')
           redis.call('HSET', K.blocks, key, rec)
+          cache[key] = rec
           local sid = loc_storage(rec, p)
           local u = used[sid] or {0, 0}
           used[sid] = {u[1] + bytes, u[2] + 1}
-          link_parent(K, key, rec, fresh)
-          fresh[key] = rec
+          link_parent(K, key, rec, fresh, cache)
+          fresh[key] = true
           order[#order + 1] = key
           done = done + 1
         elseif st == 'W' then
@@ -84,8 +94,10 @@ for j = 1, n do
           rec = remove_loc(rec, p)
           if #rec == HDR and rec_children(rec) == 0 then
             redis.call('HDEL', K.blocks, key)
+            cache[key] = false
           else
             redis.call('HSET', K.blocks, key, rec)
+            cache[key] = rec
           end
         elseif st == 'D' then
           -- Removed while the engine was writing: its file is complete only now.
@@ -101,7 +113,7 @@ for j = 1, n do
   end
 end
 for sid, u in pairs(used) do usage_add(K, sid, u[1], u[2]) end
-index_leaves(K, order, fresh, now)
+index_leaves(K, order, cache, now)
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return {1, done}

@@ -46,6 +46,12 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {5, 'session id collision; retry'} end
 
 local now = tonumber(redis.call('TIME')[1])
+-- Every record in a few HMGETs (chunks stay under Lua's unpack limit), not one call per key.
+local recs = {}
+for c = 1, nk, 1000 do
+  local part = redis.call('HMGET', KEYS[1], unpack(ARGV, 6 + c, 6 + math.min(c + 999, nk)))
+  for j = 1, #part do recs[c + j - 1] = part[j] end
+end
 local present, seen, new = {}, {}, {}
 for i = 1, nk do
   local k = ARGV[6 + i]
@@ -54,7 +60,7 @@ for i = 1, nk do
     p = true
   else
     seen[k] = true
-    local rec = redis.call('HGET', KEYS[1], k)
+    local rec = recs[i]
     if rec and has_live(rec) then p = true end
   end
   present[i] = p and '1' or '0'
@@ -65,6 +71,7 @@ local seq = redis.call('INCR', KEYS[4]) % 4294967296
 local deadline = now + timeout
 local reply = {1, table.concat(present)}
 local sess = {struct.pack('<I4I4I4', seq, deadline, #new)}
+local writes = {}
 local f = 0
 while f * per_file < #new do
   local first, last = f * per_file + 1, math.min((f + 1) * per_file, #new)
@@ -86,17 +93,21 @@ while f * per_file < #new do
     else
       loc = loc .. struct.pack('<I2', NOT_PACKED)
     end
-    local rec = redis.call('HGET', KEYS[1], k)
+    local rec = recs[i]
     if not rec then
       local parent = nil
       if i > 1 then parent = ARGV[5 + i] end
       rec = rec_new(parent)
     end
-    redis.call('HSET', KEYS[1], k, rec .. loc)
+    writes[#writes + 1] = k
+    writes[#writes + 1] = rec .. loc
     reply[#reply + 1] = loc
     sess[#sess + 1] = k .. struct.pack('<I4', sizes[g + 1]) .. loc .. string.rep('\0', 26 - #loc)
   end
   f = f + 1
+end
+for c = 1, #writes, 1000 do
+  redis.call('HSET', KEYS[1], unpack(writes, c, math.min(c + 999, #writes)))
 end
 redis.call('SET', KEYS[2], table.concat(sess))
 redis.call('ZADD', KEYS[3], deadline, ARGV[1])

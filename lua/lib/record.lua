@@ -67,22 +67,25 @@ local function usage_add(K, storage, bytes, blocks)
   redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
 end
 
--- A block started serving: count it in its parent, which stops being a leaf. `fresh` maps the
--- blocks that started serving earlier in the same script (not indexed yet, see index_leaves,
--- so they need no ZREM) to their latest record, which saves reading them back.
-local function link_parent(K, key, rec, fresh)
+-- A block started serving: count it in its parent, which stops being a leaf. `cache` holds the
+-- records this script already read or wrote (false = absent), saving reads; `fresh` marks the
+-- blocks that started serving earlier in the same script, not indexed yet (see index_leaves),
+-- so they need no ZREM.
+local function link_parent(K, key, rec, fresh, cache)
   local parent = rec_parent(rec)
   if parent and parent ~= key then
+    local prec = cache[parent]
+    if prec == nil then prec = redis.call('HGET', K.blocks, parent) end
     -- A parent without a record (not cached right now) gets a header-only one, so that when it
     -- is written again it is not mistaken for a leaf while this child serves.
-    local prec = fresh[parent] or redis.call('HGET', K.blocks, parent) or rec_new(nil)
+    if not prec then prec = rec_new(nil) end
     local c = rec_children(prec)
     -- Saturates: a block with 65535 serving children stays interior for good (never evicted
     -- before them), rather than wrapping to 0.
     if c < 65535 then c = c + 1 end
     prec = rec_set_children(prec, c)
     redis.call('HSET', K.blocks, parent, prec)
-    if fresh[parent] then fresh[parent] = prec end
+    cache[parent] = prec
     if c == 1 and not fresh[parent] then
       redis.call('ZREM', K.lru, parent)
       redis.call('ZREM', K.lfu, parent)
@@ -92,10 +95,10 @@ end
 
 -- Indexes, once all links of a script are made, the blocks of `order` that are leaves: a
 -- chain written in one session costs one index entry, not one per block added then removed.
-local function index_leaves(K, order, fresh, score)
+local function index_leaves(K, order, cache, score)
   local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
   for _, key in ipairs(order) do
-    local rec = fresh[key]
+    local rec = cache[key]
     if rec and rec_children(rec) == 0 and has_state(rec, 'S') then
       redis.call('ZADD', K.lru, score, key)
       redis.call('ZADD', K.lfu, 'NX', clock + 1, key)
