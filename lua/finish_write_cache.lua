@@ -59,7 +59,7 @@ end
 
 local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
 local done = 0
-local fresh, order, used, cache = {}, {}, {}, {}
+local fresh, order, used, cache, dirty = {}, {}, {}, {}, {}
 -- Every record of the session in a few HMGETs (false = absent), not one call per key.
 for c = 1, n, 1000 do
   local ks = {}
@@ -80,12 +80,12 @@ for j = 1, n do
         local st = loc_state(rec, p)
         if st == 'W' and ok[j] then
           rec = set_state(rec, p, 'S')
-          redis.call('HSET', K.blocks, key, rec)
           cache[key] = rec
+          dirty[key] = rec
           local sid = loc_storage(rec, p)
           local u = used[sid] or {0, 0}
           used[sid] = {u[1] + bytes, u[2] + 1}
-          link_parent(K, key, rec, fresh, cache)
+          link_parent(K, key, rec, fresh, cache, dirty)
           fresh[key] = true
           order[#order + 1] = key
           done = done + 1
@@ -93,11 +93,11 @@ for j = 1, n do
           queue_delete(K, key, loc_bytes(rec, p), 'write_failed')
           rec = remove_loc(rec, p)
           if #rec == HDR and rec_children(rec) == 0 then
-            redis.call('HDEL', K.blocks, key)
             cache[key] = false
+            dirty[key] = false
           else
-            redis.call('HSET', K.blocks, key, rec)
             cache[key] = rec
+            dirty[key] = rec
           end
         elseif st == 'D' then
           -- Removed while the engine was writing: its file is complete only now.
@@ -112,6 +112,7 @@ for j = 1, n do
     queue_delete(K, key, sloc, 'trimmed_while_writing')
   end
 end
+flush_records(K, dirty)
 for sid, u in pairs(used) do usage_add(K, sid, u[1], u[2]) end
 index_leaves(K, order, cache, now)
 redis.call('DEL', KEYS[2])

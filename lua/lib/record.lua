@@ -68,10 +68,11 @@ local function usage_add(K, storage, bytes, blocks)
 end
 
 -- A block started serving: count it in its parent, which stops being a leaf. `cache` holds the
--- records this script already read or wrote (false = absent), saving reads; `fresh` marks the
+-- records this script already read or changed (false = absent), `dirty` the changes to write
+-- back at the end (flush_records), saving a read and a write per block; `fresh` marks the
 -- blocks that started serving earlier in the same script, not indexed yet (see index_leaves),
 -- so they need no ZREM.
-local function link_parent(K, key, rec, fresh, cache)
+local function link_parent(K, key, rec, fresh, cache, dirty)
   local parent = rec_parent(rec)
   if parent and parent ~= key then
     local prec = cache[parent]
@@ -84,13 +85,28 @@ local function link_parent(K, key, rec, fresh, cache)
     -- before them), rather than wrapping to 0.
     if c < 65535 then c = c + 1 end
     prec = rec_set_children(prec, c)
-    redis.call('HSET', K.blocks, parent, prec)
     cache[parent] = prec
+    dirty[parent] = prec
     if c == 1 and not fresh[parent] then
       redis.call('ZREM', K.lru, parent)
       redis.call('ZREM', K.lfu, parent)
     end
   end
+end
+
+-- Writes back the records a script changed: one HSET (and one HDEL) per 500 records.
+local function flush_records(K, dirty)
+  local sets, dels = {}, {}
+  for k, v in pairs(dirty) do
+    if v then
+      sets[#sets + 1] = k
+      sets[#sets + 1] = v
+    else
+      dels[#dels + 1] = k
+    end
+  end
+  for c = 1, #sets, 1000 do redis.call('HSET', K.blocks, unpack(sets, c, math.min(c + 999, #sets))) end
+  for c = 1, #dels, 1000 do redis.call('HDEL', K.blocks, unpack(dels, c, math.min(c + 999, #dels))) end
 end
 
 -- Indexes, once all links of a script are made, the blocks of `order` that are leaves: a
