@@ -34,24 +34,10 @@ async fn main() -> anyhow::Result<()> {
     for var in notes.ignored_env {
         tracing::warn!(%var, "ignoring environment variable: no such config key");
     }
-    let shutdown = shutdown_signal();
+    let shutdown = kvcm_core::shutdown::signal();
     let server = kvcm_api::build(config).await.context("kvcm-api failed to start")?;
     // One machine-readable line on stdout: scripts and tests read the bound ports from it.
     println!("kvcm-api listening meta=http://{} admin=http://{}", server.meta_addr, server.admin_addr);
     tracing::info!(meta = %server.meta_addr, admin = %server.admin_addr, "kvcm-api serving");
     server.run(shutdown).await
-}
-
-/// Installs the SIGTERM/SIGINT handlers now (before anything is served, so a signal that
-/// arrives early is not lost to the default action) and returns the future that completes on
-/// the first of them.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-    }
 }

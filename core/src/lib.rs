@@ -13,6 +13,7 @@ pub mod keys;
 pub mod mask;
 pub mod registry;
 pub mod scripts;
+pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod valkey;

@@ -198,7 +198,7 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
         let Some(first) = fid.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_be_bytes) else {
             return Outcome::Failed("bad packed file id".into());
         };
-        if let Err(e) = unlink_everywhere(w, &backend, instance, first, &loc).await {
+        if let Err(e) = unlink_everywhere(&backend, instance, first, &loc).await {
             return Outcome::Failed(e);
         }
         let mut conn = w.conn.clone();
@@ -222,7 +222,7 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
             Ok("gone") => return Outcome::Done,
             Ok("keep") => {}
             Ok(_) => {
-                if let Err(e) = unlink_everywhere(w, &backend, instance, key, &loc).await {
+                if let Err(e) = unlink_everywhere(&backend, instance, key, &loc).await {
                     return Outcome::Failed(e);
                 }
             }
@@ -243,22 +243,18 @@ static MOONCAKE_NOTED: AtomicBool = AtomicBool::new(false);
 /// Deletes a block's (or packed file's) file in every spec directory of the instance. Missing
 /// files and directories are success (a redelivered entry finds them gone).
 async fn unlink_everywhere(
-    _w: &Worker,
     backend: &Backend,
     instance: &str,
     key: i64,
     loc: &kvcm_core::store::record::Location,
 ) -> Result<(), String> {
-    let root = match backend {
-        Backend::File { root, .. } | Backend::Hf3fs { root, .. } => root.clone(),
-        Backend::Mooncake | Backend::Unsupported => {
-            if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
-                tracing::info!(
-                    "deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured"
-                );
-            }
-            return Ok(());
+    let Some(root) = backend.root().map(str::to_string) else {
+        if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured"
+            );
         }
+        return Ok(());
     };
     let name = Backend::file_name(key, loc);
     let dir = PathBuf::from(format!("{root}{instance}"));

@@ -13,10 +13,7 @@ use kvcm_core::backend::Backend;
 
 /// Probes one storage; `Err` says why it is unhealthy.
 pub async fn probe(backend: &Backend, worker_id: &str) -> Result<(), String> {
-    let root = match backend {
-        Backend::File { root, .. } | Backend::Hf3fs { root, .. } => root.clone(),
-        Backend::Mooncake | Backend::Unsupported => return Ok(()),
-    };
+    let Some(root) = backend.root().map(str::to_string) else { return Ok(()) };
     let probe = format!("{root}.kvcm-health-{worker_id}");
     tokio::task::spawn_blocking(move || {
         if !std::path::Path::new(&root).is_dir() {

@@ -26,23 +26,9 @@ async fn main() -> anyhow::Result<()> {
     for var in notes.ignored_env {
         tracing::warn!(%var, "ignoring environment variable: no such config key");
     }
-    let shutdown = shutdown_signal();
+    let shutdown = kvcm_core::shutdown::signal();
     let server = kvcm_worker::build(config).await.context("kvcm-worker failed to start")?;
     println!("kvcm-worker {} metrics=http://{}", server.worker.id, server.metrics_addr);
     tracing::info!(id = %server.worker.id, metrics = %server.metrics_addr, "kvcm-worker running");
     server.run(shutdown).await
-}
-
-/// Installs the SIGTERM/SIGINT handlers now (before anything is served, so a signal that
-/// arrives early is not lost to the default action) and returns the future that completes on
-/// the first of them.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-    }
 }

@@ -67,13 +67,12 @@ impl Backend {
         }
     }
 
-    /// The filesystem path of one spec of a block (file-like backends only).
-    pub fn path(&self, instance: &str, spec: &str, key: i64, loc: &Location) -> Option<String> {
+    /// The directory under which a file-like storage keeps `<instance>/<spec>/<file>`; `None`
+    /// for storages without files (mooncake, tair_mem_pool).
+    pub fn root(&self) -> Option<&str> {
         match self {
-            Backend::File { root, .. } | Backend::Hf3fs { root, .. } => {
-                Some(format!("{root}{instance}/{spec}/{}", Self::file_name(key, loc)))
-            }
-            _ => None,
+            Backend::File { root, .. } | Backend::Hf3fs { root, .. } => Some(root),
+            Backend::Mooncake | Backend::Unsupported => None,
         }
     }
 
@@ -101,21 +100,6 @@ impl Backend {
                 let _ = write!(uri, "{:016x}?size={size}", key as u64);
             }
         }
-    }
-
-    /// The URI of one spec of a block.
-    pub fn uri(
-        &self,
-        storage: &str,
-        instance: &str,
-        spec: &str,
-        size: i64,
-        key: i64,
-        loc: &Location,
-    ) -> Option<String> {
-        let mut uri = self.uri_prefix(storage, instance, spec)?;
-        self.push_uri_rest(&mut uri, size, key, loc);
-        Some(uri)
     }
 }
 

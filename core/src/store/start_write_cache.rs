@@ -19,7 +19,6 @@ pub struct WriteSession {
     pub session_id: String,
     pub mask: BlockMask,
     pub locations: Vec<CacheLocation>,
-    pub storage: String,
 }
 
 /// Spec group index per key (0 = every spec), from `location_spec_group_names`.
@@ -188,11 +187,6 @@ impl DataPlane {
                     .ok_or_else(|| Error::internal("start_write_cache: location without URIs"))?,
             );
         }
-        Ok(WriteSession {
-            session_id,
-            mask: BlockMask::from_flags(&flags),
-            locations,
-            storage: cfg.global_unique_name.clone(),
-        })
+        Ok(WriteSession { session_id, mask: BlockMask::from_flags(&flags), locations })
     }
 }

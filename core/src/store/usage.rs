@@ -21,7 +21,6 @@ pub struct GroupUsage {
     pub bytes: i64,
     pub blocks: i64,
     pub bytes_by_type: HashMap<StorageType, i64>,
-    pub bytes_by_storage: HashMap<String, i64>,
 }
 
 #[derive(Debug)]
@@ -81,7 +80,6 @@ impl DataPlane {
                 usage.blocks += blocks;
                 if let Some(cfg) = super::storage_of(snap, id) {
                     *usage.bytes_by_type.entry(crate::backend::storage_type(cfg)).or_default() += bytes;
-                    *usage.bytes_by_storage.entry(cfg.global_unique_name.clone()).or_default() += bytes;
                 }
             }
         }

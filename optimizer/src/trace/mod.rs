@@ -383,6 +383,22 @@ impl TraceBuilder {
     }
 }
 
+/// A line of a trace whose records are `{timestamp, hash_ids, …}` (Mooncake, Qwen-Bailian):
+/// other fields are ignored.
+#[derive(serde::Deserialize)]
+struct TimedLine {
+    timestamp: f64,
+    #[serde(deserialize_with = "deserialize_keys")]
+    hash_ids: Vec<i64>,
+}
+
+/// Parses a `{timestamp, hash_ids}` line whose timestamp counts units of `unit_us` microseconds.
+pub(crate) fn parse_timed_line(line: &str, unit_us: f64) -> Result<RawRequest, serde_json::Error> {
+    let parsed: TimedLine = serde_json::from_str(line)?;
+    let time_us = to_micros(parsed.timestamp, unit_us).map_err(serde::de::Error::custom)?;
+    Ok(RawRequest { time_us, namespace: None, keys: parsed.hash_ids })
+}
+
 /// Converts a timestamp in `unit_us` microseconds per unit to whole microseconds, rejecting
 /// values that are negative or not finite.
 pub(crate) fn to_micros(value: f64, unit_us: f64) -> Result<u64, String> {

@@ -5,22 +5,11 @@
 //! position means an equal prefix). `input_length`, `output_length` and unknown fields are
 //! ignored. Ids may be numbers or decimal strings.
 
-use serde::Deserialize;
-
-use super::{RawRequest, deserialize_keys, to_micros};
-
-#[derive(Deserialize)]
-struct Line {
-    timestamp: f64,
-    #[serde(deserialize_with = "deserialize_keys")]
-    hash_ids: Vec<i64>,
-}
+use super::{RawRequest, parse_timed_line};
 
 /// Parses one non-blank line.
 pub(crate) fn parse_line(line: &str) -> Result<RawRequest, serde_json::Error> {
-    let parsed: Line = serde_json::from_str(line)?;
-    let time_us = to_micros(parsed.timestamp, 1_000.0).map_err(serde::de::Error::custom)?;
-    Ok(RawRequest { time_us, namespace: None, keys: parsed.hash_ids })
+    parse_timed_line(line, 1_000.0)
 }
 
 #[cfg(test)]
