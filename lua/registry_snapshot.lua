@@ -11,14 +11,15 @@
 -- KEYS[9] storage_ids        hash name -> numeric storage id
 -- KEYS[10] storage_id_seq    counter (not returned)
 -- KEYS[11] storages_unhealthy set of storages that failed their last health check
+-- KEYS[12] api_keys          hash key id -> API key JSON (digest of the token, never the token)
 -- ARGV    none
 --
 -- Reply: {1, version, storages_flat, disabled, groups_flat, instances_flat, accounts_flat, ids_flat,
---         unhealthy}
+--         unhealthy, api_keys_flat}
 --   where *_flat are HGETALL-style [field, value, field, value, ...] arrays.
 -- Status codes: 1 only (read-only).
--- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}, {}, {}}.
-if #KEYS ~= 11 then return redis.error_reply('registry_snapshot: expected 11 keys') end
+-- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}, {}, {}, {}}.
+if #KEYS ~= 12 then return redis.error_reply('registry_snapshot: expected 12 keys') end
 return {
   1,
   redis.call('GET', KEYS[1]) or '0',
@@ -29,4 +30,5 @@ return {
   redis.call('HGETALL', KEYS[8]),
   redis.call('HGETALL', KEYS[9]),
   redis.call('SMEMBERS', KEYS[11]),
+  redis.call('HGETALL', KEYS[12]),
 }

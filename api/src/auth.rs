@@ -1,59 +1,156 @@
-//! Authentication (DESIGN §6). Accounts live in the registry with Argon2id password hashes.
-//! Once any account exists the admin plane requires an admin account; the meta plane requires
-//! any account only when `meta_auth` is on (Tair KVCM's meta port is open, and connectors send
-//! no credentials).
+//! Authentication and authorisation (DESIGN §6, docs/security.md).
 //!
-//! Credentials come as `Authorization: Basic base64(user:password)` or
-//! `Authorization: Bearer user:password`. Missing or wrong credentials get HTTP 401 with a
-//! `WWW-Authenticate` challenge; a user account on the admin plane gets 403.
+//! **Credentials** come in the `Authorization` header:
+//! * an API key, `Bearer kvcm_<id>_<secret>`: looked up by id in the registry snapshot and checked
+//!   by its SHA-256 digest in constant time — no Argon2, so engines pay microseconds per request;
+//! * an account, `Basic base64(user:password)` or `Bearer user:password`: Argon2id-verified once,
+//!   then cached per frontend by the SHA-256 of the header value for as long as the account's
+//!   stored hash is unchanged (deleting or re-creating the account invalidates the entry).
 //!
-//! The admin plane refreshes the registry (one GET of its version) before every check, so
-//! accounts changed through another frontend apply at once.
+//! Each request's outcome is a [`Principal`] put into the request's extensions: handlers take it
+//! as a [`Caller`] and check the instance group of what they touch with [`Caller::authorize`].
+//! Admins act on everything; an engine credential (ROLE_USER) acts only on the instance groups
+//! it is scoped to; with `meta_auth` off the meta plane's callers are anonymous and unrestricted
+//! (as Tair KVCM's meta port is).
 //!
-//! Argon2 is slow on purpose, so successful checks are cached by the SHA-256 of the header
-//! value, and a cached entry stays valid only while the account's stored hash is unchanged
-//! (deleting or re-creating the account invalidates it).
+//! **Fail closed.** With `meta_auth` on, the meta plane always requires a credential, even when
+//! none exists. The admin plane is open only while no admin account exists *and* it listens on
+//! loopback or `allow_anonymous_admin` is set; `build` refuses to start in the other cases.
+//!
+//! **Password guessing.** A wrong user name costs what a wrong password costs: the same Argon2
+//! verification runs against [`kvcm_core::auth::dummy_hash`]. Failures are counted per user and
+//! per client address in Valkey (`lua/auth_failure.lua`, shared by every frontend); past
+//! `auth_backoff_after` failures, further attempts are refused with HTTP 429 and `Retry-After`
+//! *before* Argon2 runs, the wait doubling with each failure. An address that logged in as the
+//! user recently is exempt from that user's back-off, so an attacker guessing a user's password
+//! cannot lock that user out of the addresses it uses. Argon2 runs one at a time per frontend and
+//! a check waits at most [`ARGON2_WAIT`] for its turn (then 503 + `Retry-After`), so guessing can
+//! never occupy more than one core nor push legitimate checks into the request deadline.
 
 use crate::reply::error_response;
 use crate::state::AppState;
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode as Http, header};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode as Http, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use kvcm_core::keys::AuthKeys;
+use kvcm_core::registry::validate::ALL_GROUPS;
 use kvcm_core::wire::StatusCode;
 use kvcm_core::wire::admin::AccountRole;
+use kvcm_core::{Error, scripts};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Verified credentials: digest of the header value → (user, stored hash it was checked against).
-/// Argon2 checks run one at a time, so guessing passwords can occupy at most one core.
-#[derive(Debug)]
-pub struct AuthCache {
-    verified: Mutex<HashMap<[u8; 32], (String, String)>>,
-    argon2: tokio::sync::Semaphore,
+/// Longest wait for the Argon2 permit before answering 503.
+pub const ARGON2_WAIT: Duration = Duration::from_secs(2);
+/// Most verified account credentials cached per frontend (cleared when full).
+const CACHE_LIMIT: usize = 4096;
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// No authentication applies (meta plane with `meta_auth` off, or an admin plane that is
+    /// open because no admin exists on loopback): unrestricted.
+    Anonymous,
+    /// A ROLE_ADMIN account or API key: everything.
+    Admin { name: String },
+    /// A ROLE_USER account or API key: the meta plane, on its instance groups only.
+    Engine { name: String, groups: Vec<String> },
 }
 
-impl Default for AuthCache {
-    fn default() -> Self {
-        AuthCache { verified: Mutex::default(), argon2: tokio::sync::Semaphore::new(1) }
+impl Principal {
+    fn from_role(name: String, role: AccountRole, groups: &[String]) -> Principal {
+        match role {
+            AccountRole::ROLE_ADMIN => Principal::Admin { name },
+            _ => Principal::Engine { name, groups: groups.to_vec() },
+        }
+    }
+
+    /// Whether this caller may act on instances of `group`.
+    pub fn may_act_on(&self, group: &str) -> bool {
+        match self {
+            Principal::Anonymous | Principal::Admin { .. } => true,
+            Principal::Engine { groups, .. } => groups.iter().any(|g| g == group || g == ALL_GROUPS),
+        }
     }
 }
 
-const CACHE_LIMIT: usize = 4096;
+/// The authenticated caller of a request (put there by the plane's guard).
+#[derive(Debug, Clone)]
+pub struct Caller(pub Arc<Principal>);
 
-fn credentials(value: &str) -> Option<(String, String)> {
+impl Caller {
+    /// Refuses (HTTP 403) unless the caller may act on instances of `group`. The message names
+    /// the instance, not the group: a scoped engine learns nothing about other teams' groups.
+    pub fn authorize(&self, group: &str, what: &str) -> Result<(), Error> {
+        if self.0.may_act_on(group) {
+            return Ok(());
+        }
+        let who = match &*self.0 {
+            Principal::Engine { name, .. } => name.as_str(),
+            _ => "",
+        };
+        Err(Error::Forbidden(format!(
+            "credential '{who}' is not scoped to the instance group of {what}; an admin can create a \
+             credential with that group in instance_groups"
+        )))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // A route without a guard is a bug: fail closed, loudly.
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            tracing::error!(path = %parts.uri.path(), "a route runs without an authentication guard");
+            error_response(Http::INTERNAL_SERVER_ERROR, StatusCode::INTERNAL_ERROR, "internal error".into())
+        })
+    }
+}
+
+/// Per-frontend authentication state.
+#[derive(Debug)]
+pub struct AuthState {
+    /// Digest of a verified account header value → (user, stored hash it was checked against).
+    verified: Mutex<HashMap<[u8; 32], (String, String)>>,
+    argon2: tokio::sync::Semaphore,
+    keys: AuthKeys,
+}
+
+impl AuthState {
+    pub fn new(namespace: &str) -> Self {
+        AuthState { verified: Mutex::default(), argon2: tokio::sync::Semaphore::new(1), keys: AuthKeys::new(namespace) }
+    }
+}
+
+/// What the `Authorization` header carries.
+#[derive(Debug, PartialEq, Eq)]
+enum Presented {
+    ApiKey(String),
+    Password { user: String, password: String },
+}
+
+fn presented(value: &str) -> Option<Presented> {
     let (scheme, rest) = value.trim().split_once(' ')?;
+    let rest = rest.trim();
     let raw = if scheme.eq_ignore_ascii_case("basic") {
-        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(rest.trim()).ok()?).ok()?
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(rest).ok()?).ok()?
     } else if scheme.eq_ignore_ascii_case("bearer") {
-        rest.trim().to_string()
+        if !rest.contains(':') {
+            return Some(Presented::ApiKey(rest.to_string()));
+        }
+        rest.to_string()
     } else {
         return None;
     };
     let (user, password) = raw.split_once(':')?;
-    Some((user.to_string(), password.to_string()))
+    Some(Presented::Password { user: user.to_string(), password: password.to_string() })
 }
 
 fn unauthorized(msg: &str) -> Response {
@@ -62,86 +159,297 @@ fn unauthorized(msg: &str) -> Response {
     r
 }
 
-/// Checks the request's credentials against the registry; returns the account's role.
-async fn authenticate(state: &AppState, header_value: Option<String>) -> Result<AccountRole, Response> {
-    let Some(value) = header_value.as_deref() else {
-        return Err(unauthorized("authentication required: send Authorization: Basic or Bearer user:password"));
+fn retry_later(http: Http, msg: &str, after: Duration) -> Response {
+    let code =
+        if http == Http::SERVICE_UNAVAILABLE { StatusCode::SERVICE_NOT_READY } else { StatusCode::INVALID_ARGUMENT };
+    let mut r = error_response(http, code, msg.to_string());
+    let secs = after.as_millis().div_ceil(1000).max(1);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
+    r
+}
+
+fn infrastructure(e: Error) -> Response {
+    tracing::warn!(error = %e, "authentication could not reach Valkey");
+    retry_later(Http::SERVICE_UNAVAILABLE, &e.public_message(), Duration::from_secs(1))
+}
+
+/// The client address: the right-most entry of `client_ip_header` when configured (the one the
+/// proxy in front appended), else the TCP peer. `None` when neither is known.
+pub fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
+    let name = &state.config.client_ip_header;
+    if !name.is_empty() {
+        let forwarded = headers
+            .get_all(name.as_str())
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+            .next_back();
+        if forwarded.is_some() {
+            return forwarded;
+        }
+    }
+    peer.map(|p| p.ip())
+}
+
+/// What authentication needs from a request, taken out of it before anything awaits (a request
+/// body is not `Sync`, so a borrowed request cannot be held across an await).
+struct Credentials {
+    authorization: Option<String>,
+    address: Option<IpAddr>,
+}
+
+impl Credentials {
+    fn of(state: &AppState, req: &Request) -> Credentials {
+        let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        Credentials {
+            authorization: req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(String::from),
+            address: client_address(state, req.headers(), peer),
+        }
+    }
+}
+
+/// Authenticates the request's credentials.
+async fn authenticate(state: &AppState, plane: &'static str, credentials: Credentials) -> Result<Principal, Response> {
+    let outcome = authenticate_inner(state, credentials).await;
+    let result = match &outcome {
+        Ok(_) => "ok",
+        Err(r) if r.status() == Http::TOO_MANY_REQUESTS => "backoff",
+        Err(r) if r.status() == Http::SERVICE_UNAVAILABLE => "unavailable",
+        Err(_) => "denied",
     };
-    let Some((user, password)) = credentials(value) else {
+    state.metrics.auth(plane, result);
+    outcome
+}
+
+async fn authenticate_inner(state: &AppState, credentials: Credentials) -> Result<Principal, Response> {
+    let Some(value) = credentials.authorization.as_deref() else {
         return Err(unauthorized(
-            "malformed Authorization header: use Basic base64(user:password) or Bearer user:password",
+            "authentication required: send Authorization: Bearer <API key>, Basic base64(user:password) \
+             or Bearer user:password",
         ));
     };
+    match presented(value) {
+        Some(Presented::ApiKey(token)) => api_key(state, &token).await,
+        Some(Presented::Password { user, password }) => {
+            account(state, value, &user, &password, credentials.address).await
+        }
+        None => Err(unauthorized(
+            "malformed Authorization header: use Bearer <API key>, Basic base64(user:password) or \
+             Bearer user:password",
+        )),
+    }
+}
+
+async fn api_key(state: &AppState, token: &str) -> Result<Principal, Response> {
+    const DENIED: &str = "unknown or revoked API key";
+    let Some(id) = kvcm_core::auth::api_key_id(token) else { return Err(unauthorized(DENIED)) };
+    let key = state.registry.api_key(id).await.map_err(infrastructure)?;
+    match key {
+        Some(k) if kvcm_core::auth::api_key_matches(token, &k.token_sha256) => {
+            Ok(Principal::from_role(format!("key:{}", k.key_id), k.role, &k.instance_groups))
+        }
+        _ => Err(unauthorized(DENIED)),
+    }
+}
+
+async fn account(
+    state: &AppState,
+    header_value: &str,
+    user: &str,
+    password: &str,
+    address: Option<IpAddr>,
+) -> Result<Principal, Response> {
+    const DENIED: &str = "unknown user or wrong password";
     let snap = state.registry.snapshot();
-    let Some(acct) = snap.accounts.get(&user) else {
-        return Err(unauthorized("unknown user or wrong password"));
+    let stored = snap.accounts.get(user);
+    let digest: [u8; 32] = Sha256::digest(header_value.as_bytes()).into();
+    if let Some(acct) = stored {
+        let cached = state.auth.verified.lock().unwrap_or_else(|p| p.into_inner()).get(&digest).cloned();
+        if cached.is_some_and(|(u, h)| u == user && h == acct.password_hash) {
+            return Ok(Principal::from_role(user.to_string(), acct.role, &acct.instance_groups));
+        }
+    }
+    // A malformed user name cannot exist: refusing it at once tells an attacker nothing they did
+    // not know, and keeps it from creating failure counters or running Argon2.
+    if kvcm_core::registry::validate::name(state.registry.limits(), "user_name", user).is_err() {
+        return Err(unauthorized(DENIED));
+    }
+    let address = address.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+    if let Some(wait) = backoff(state, user, &address).await.map_err(infrastructure)? {
+        return Err(retry_later(
+            Http::TOO_MANY_REQUESTS,
+            "too many failed logins for this user or from this address; retry after the time in Retry-After",
+            wait,
+        ));
+    }
+    // The same verification whether or not the user exists (no timing oracle for user names).
+    let (hash, known) = match stored {
+        Some(a) => (a.password_hash.clone(), true),
+        None => (kvcm_core::auth::dummy_hash().to_string(), false),
     };
-    let digest: [u8; 32] = Sha256::digest(value.as_bytes()).into();
-    let cached = state.auth.verified.lock().unwrap_or_else(|p| p.into_inner()).get(&digest).cloned();
-    if cached.as_ref().is_some_and(|(u, h)| *u == user && *h == acct.password_hash) {
-        return Ok(acct.role);
-    }
-    let (hash, role) = (acct.password_hash.clone(), acct.role);
-    let _one_at_a_time = state.auth.argon2.acquire().await;
-    let ok =
-        tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&password, &hash)).await.unwrap_or(false);
+    let Ok(_permit) = tokio::time::timeout(ARGON2_WAIT, state.auth.argon2.acquire()).await else {
+        return Err(retry_later(
+            Http::SERVICE_UNAVAILABLE,
+            "password checks are busy; retry shortly (engines should use API keys, which need no password check)",
+            Duration::from_secs(1),
+        ));
+    };
+    state.metrics.password_check();
+    let pw = password.to_string();
+    let ok = tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&pw, &hash)).await.unwrap_or(false)
+        && known;
+    drop(_permit);
     if !ok {
-        return Err(unauthorized("unknown user or wrong password"));
+        record_failure(state, user, &address).await.map_err(infrastructure)?;
+        return Err(unauthorized(DENIED));
     }
+    let Some(acct) = stored else { return Err(unauthorized(DENIED)) };
+    record_success(state, user, &address).await.map_err(infrastructure)?;
     let mut cache = state.auth.verified.lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= CACHE_LIMIT {
         cache.clear();
     }
-    cache.insert(digest, (user, acct.password_hash.clone()));
-    Ok(role)
+    cache.insert(digest, (user.to_string(), acct.password_hash.clone()));
+    Ok(Principal::from_role(user.to_string(), acct.role, &acct.instance_groups))
 }
 
-fn authorization(req: &Request) -> Option<String> {
-    req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string)
+/// How long this user or address must still wait, if either is backing off. An address that
+/// logged in as this user recently is exempt from the user's back-off (not from its own).
+async fn backoff(state: &AppState, user: &str, address: &str) -> Result<Option<Duration>, Error> {
+    let k = &state.auth.keys;
+    let mut conn = state.conn.clone();
+    let (user_until, address_until, trusted): (Option<u64>, Option<u64>, bool) = redis::pipe()
+        .cmd("HGET")
+        .arg(k.user_failures(user))
+        .arg("until")
+        .cmd("HGET")
+        .arg(k.address_failures(address))
+        .arg("until")
+        .cmd("EXISTS")
+        .arg(k.trusted_address(user, address))
+        .query_async(&mut conn)
+        .await?;
+    let now = kvcm_core::store::now_ms();
+    let user_until = if trusted { None } else { user_until };
+    let until = user_until.into_iter().chain(address_until).max().unwrap_or(0);
+    Ok((until > now).then(|| Duration::from_millis(until - now)))
 }
 
-/// Admin plane: once accounts exist, only admins pass.
+async fn record_failure(state: &AppState, user: &str, address: &str) -> Result<(), Error> {
+    let c = &state.config;
+    let k = &state.auth.keys;
+    let mut inv = scripts::AUTH_FAILURE.script().prepare_invoke();
+    inv.key(k.user_failures(user)).key(k.address_failures(address));
+    inv.arg(kvcm_core::store::now_ms())
+        .arg(c.auth_backoff_after)
+        .arg(c.auth_backoff_base_ms)
+        .arg(c.auth_backoff_max_ms)
+        .arg(c.auth_failure_window_s * 1000);
+    let reply: (i64, String) = inv.invoke_async(&mut state.conn.clone()).await?;
+    kvcm_core::scripts::status_reply(reply)?;
+    tracing::warn!(%user, %address, "failed login");
+    Ok(())
+}
+
+/// A successful login clears the user's failures and marks the address as one the user logs in
+/// from (exempt from the user's back-off for the failure window).
+async fn record_success(state: &AppState, user: &str, address: &str) -> Result<(), Error> {
+    let k = &state.auth.keys;
+    let window = state.config.auth_failure_window_s;
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(k.user_failures(user))
+        .ignore()
+        .cmd("SET")
+        .arg(k.trusted_address(user, address))
+        .arg(1)
+        .arg("EX")
+        .arg(window)
+        .ignore()
+        .query_async(&mut state.conn.clone())
+        .await?;
+    Ok(())
+}
+
+fn with_caller(mut req: Request, principal: Principal) -> Request {
+    req.extensions_mut().insert(Caller(Arc::new(principal)));
+    req
+}
+
+/// Whether the admin listener is on a loopback address.
+pub fn admin_on_loopback(state: &AppState) -> bool {
+    state.config.admin_bind().parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
+}
+
+/// Admin plane: admins only, once an admin account exists. While none exists the plane is open
+/// only on loopback or with `allow_anonymous_admin` (fail closed otherwise).
 pub async fn admin_guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    // One GET of the registry version first: an account added or deleted through another
-    // frontend must count here at once, not after the next refresh tick.
+    // Accounts added or deleted through another frontend must count here at once (one GET of
+    // the version; concurrent requests share it).
     if let Err(e) = state.registry.refresh().await {
         tracing::warn!(error = %e, "registry refresh before authentication failed; using the cached accounts");
     }
-    if state.registry.snapshot().accounts.is_empty() {
-        return next.run(req).await;
+    if !state.registry.snapshot().has_admin() {
+        if admin_on_loopback(&state) || state.config.allow_anonymous_admin {
+            return next.run(with_caller(req, Principal::Anonymous)).await;
+        }
+        return unauthorized(
+            "no admin account exists and this admin plane is not on loopback: set bootstrap_admin_user \
+             (see docs/security.md) and restart",
+        );
     }
-    match authenticate(&state, authorization(&req)).await {
-        Ok(AccountRole::ROLE_ADMIN) => next.run(req).await,
+    let credentials = Credentials::of(&state, &req);
+    match authenticate(&state, "admin", credentials).await {
+        Ok(p @ Principal::Admin { .. }) => next.run(with_caller(req, p)).await,
         Ok(_) => error_response(
             Http::FORBIDDEN,
             StatusCode::INVALID_ARGUMENT,
-            "this account has ROLE_USER; the admin plane needs ROLE_ADMIN".into(),
+            "this credential has ROLE_USER; the admin plane needs ROLE_ADMIN".into(),
         )
         .into_response(),
         Err(r) => r,
     }
 }
 
-/// Meta plane: with `meta_auth` on and accounts present, any account passes.
+/// Meta plane: with `meta_auth` on, every request needs a valid credential (also when none
+/// exists: fail closed); handlers then check the instance group. Off: anonymous callers.
 pub async fn meta_guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if !state.config.meta_auth || state.registry.snapshot().accounts.is_empty() {
-        return next.run(req).await;
+    if !state.config.meta_auth {
+        return next.run(with_caller(req, Principal::Anonymous)).await;
     }
-    match authenticate(&state, authorization(&req)).await {
-        Ok(_) => next.run(req).await,
+    let credentials = Credentials::of(&state, &req);
+    match authenticate(&state, "meta", credentials).await {
+        Ok(p) => next.run(with_caller(req, p)).await,
         Err(r) => r,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::credentials;
+    use super::*;
 
     #[test]
-    fn basic_and_bearer_credentials_are_read() {
-        assert_eq!(credentials("Basic dXNlcjpwYTpzcw=="), Some(("user".into(), "pa:ss".into())));
-        assert_eq!(credentials("bearer u:p"), Some(("u".into(), "p".into())));
-        assert_eq!(credentials("Bearer nocolon"), None);
-        assert_eq!(credentials("Digest x"), None);
+    fn basic_bearer_and_api_key_credentials_are_read() {
+        let pw = |u: &str, p: &str| Some(Presented::Password { user: u.into(), password: p.into() });
+        assert_eq!(presented("Basic dXNlcjpwYTpzcw=="), pw("user", "pa:ss"));
+        assert_eq!(presented("bearer u:p"), pw("u", "p"));
+        assert_eq!(presented("Bearer kvcm_x_y"), Some(Presented::ApiKey("kvcm_x_y".into())));
+        assert_eq!(presented("Basic bm9jb2xvbg=="), None);
+        assert_eq!(presented("Digest x"), None);
+        assert_eq!(presented("Bearer"), None);
+    }
+
+    #[test]
+    fn engines_act_only_on_their_groups_and_admins_on_all() {
+        let engine = Principal::Engine { name: "e".into(), groups: vec!["a".into()] };
+        assert!(engine.may_act_on("a"));
+        assert!(!engine.may_act_on("b"));
+        assert!(!engine.may_act_on(""));
+        let fleet = Principal::Engine { name: "f".into(), groups: vec![ALL_GROUPS.into()] };
+        assert!(fleet.may_act_on("b"));
+        assert!(!Principal::Engine { name: "n".into(), groups: vec![] }.may_act_on("a"));
+        assert!(Principal::Admin { name: "r".into() }.may_act_on("b"));
+        assert!(Principal::Anonymous.may_act_on("b"));
     }
 }

@@ -44,12 +44,14 @@ pub struct Server {
     admin: TcpListener,
 }
 
-/// Connects, loads, applies the startup config and binds both listeners.
+/// Connects, loads, applies the startup config, creates the bootstrap admin, checks that the
+/// configuration is safe to serve (fail closed, docs/security.md) and binds both listeners.
 pub async fn build(config: Config) -> anyhow::Result<Server> {
     let conn = kvcm_core::valkey::connect(&config)
         .await
         .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
-    let registry = Registry::open(conn.clone(), &config.namespace).await.context("cannot load the registry")?;
+    let registry =
+        Registry::open(conn.clone(), &config.namespace, (&config).into()).await.context("cannot load the registry")?;
     if !config.startup_config.is_empty() {
         let text = std::fs::read_to_string(&config.startup_config)
             .with_context(|| format!("cannot read startup_config {}", config.startup_config))?;
@@ -57,12 +59,14 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
             .map_err(|e| anyhow::anyhow!("startup_config {}: {}", config.startup_config, e.public_message()))?;
         registry.apply_startup(startup).await.map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
     }
+    bootstrap_admin(&config, &registry).await?;
+    refuse_unsafe_exposure(&config, &registry.snapshot())?;
     let meta = TcpListener::bind((config.bind.as_str(), config.meta_port))
         .await
         .with_context(|| format!("cannot bind the meta plane to {}:{}", config.bind, config.meta_port))?;
-    let admin = TcpListener::bind((config.bind.as_str(), config.admin_port))
+    let admin = TcpListener::bind((config.admin_bind(), config.admin_port))
         .await
-        .with_context(|| format!("cannot bind the admin plane to {}:{}", config.bind, config.admin_port))?;
+        .with_context(|| format!("cannot bind the admin plane to {}:{}", config.admin_bind(), config.admin_port))?;
     let (meta_addr, admin_addr) = (meta.local_addr()?, admin.local_addr()?);
     let host = hostname();
     let node = Node {
@@ -71,7 +75,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         meta_port: meta_addr.port(),
         admin_port: admin_addr.port(),
     };
-    let metrics = Metrics::new(config.access_log);
+    let metrics = Metrics::new(config.access_log, config.max_instance_metric_labels);
     let events = if config.event_log_path.is_empty() {
         None
     } else {
@@ -90,13 +94,74 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         metrics,
         data,
         events,
+        auth: Arc::new(auth::AuthState::new(&config.namespace)),
         config: Arc::new(config),
         registry,
         conn,
-        auth: Default::default(),
         node: Arc::new(node),
     };
     Ok(Server { meta_addr, admin_addr, state, meta, admin })
+}
+
+/// Creates `bootstrap_admin_user` if configured and missing. The password comes from
+/// `bootstrap_admin_password_file` or `KVCM_BOOTSTRAP_ADMIN_PASSWORD`, never from the config.
+async fn bootstrap_admin(config: &Config, registry: &Registry) -> anyhow::Result<()> {
+    let user = &config.bootstrap_admin_user;
+    if user.is_empty() {
+        return Ok(());
+    }
+    let password = if !config.bootstrap_admin_password_file.is_empty() {
+        let path = &config.bootstrap_admin_password_file;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read bootstrap_admin_password_file {path}"))?;
+        text.trim_end_matches(['\r', '\n']).to_string()
+    } else {
+        std::env::var(kvcm_core::config::BOOTSTRAP_PASSWORD_ENV).map_err(|_| {
+            anyhow::anyhow!(
+                "bootstrap_admin_user is set but no password is given: set bootstrap_admin_password_file or \
+                 the environment variable {}",
+                kvcm_core::config::BOOTSTRAP_PASSWORD_ENV
+            )
+        })?
+    };
+    let created = registry
+        .ensure_admin(user, &password, config.min_password_length)
+        .await
+        .map_err(|e| anyhow::anyhow!("bootstrap admin '{user}': {}", e.public_message()))?;
+    if created {
+        tracing::info!(%user, "bootstrap admin account created");
+    }
+    Ok(())
+}
+
+/// Fails closed (docs/security.md): meta auth with no credential to pass it, or an admin plane
+/// reachable beyond loopback with no admin to guard it, refuse to start.
+fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot) -> anyhow::Result<()> {
+    let loopback = |addr: &str| addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+    if config.meta_auth && !snap.has_credentials() {
+        anyhow::bail!(
+            "meta_auth = true but no account or API key exists, so no engine could ever pass: set \
+             bootstrap_admin_user (and KVCM_BOOTSTRAP_ADMIN_PASSWORD or bootstrap_admin_password_file) to \
+             create the first admin, then create engine API keys with createApiKey"
+        );
+    }
+    if !loopback(config.admin_bind()) && !snap.has_admin() && !config.allow_anonymous_admin {
+        anyhow::bail!(
+            "the admin plane would listen on {} (not loopback) with no admin account, open to anyone who \
+             reaches it: set bootstrap_admin_user (and KVCM_BOOTSTRAP_ADMIN_PASSWORD or \
+             bootstrap_admin_password_file), bind it to loopback with admin_bind = \"127.0.0.1\", or accept \
+             the risk with allow_anonymous_admin = true",
+            config.admin_bind()
+        );
+    }
+    if !loopback(&config.bind) && !config.meta_auth {
+        tracing::warn!(
+            bind = %config.bind,
+            "the meta plane serves beyond loopback without authentication (meta_auth = false): any host \
+             that reaches it can read and change every instance's cache metadata"
+        );
+    }
+    Ok(())
 }
 
 fn hostname() -> String {
@@ -164,10 +229,17 @@ impl Server {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let refresher = tokio::spawn(refresh_registry(self.state.clone(), rx.clone()));
-        let meta =
-            tokio::spawn(axum::serve(self.meta, meta_router).with_graceful_shutdown(wait(rx.clone())).into_future());
-        let admin =
-            tokio::spawn(axum::serve(self.admin, admin_router).with_graceful_shutdown(wait(rx.clone())).into_future());
+        // The peer address feeds the per-address login back-off.
+        let meta = tokio::spawn(
+            axum::serve(self.meta, meta_router.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(wait(rx.clone()))
+                .into_future(),
+        );
+        let admin = tokio::spawn(
+            axum::serve(self.admin, admin_router.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(wait(rx.clone()))
+                .into_future(),
+        );
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = tx.send(true);
@@ -178,8 +250,8 @@ impl Server {
     }
 }
 
-/// Keeps this frontend's registry snapshot fresh. Logs when Valkey becomes unreachable and when
-/// it recovers, not on every tick.
+/// Keeps this frontend's registry snapshot fresh and drops the metric series of removed
+/// instances. Logs when Valkey becomes unreachable and when it recovers, not on every tick.
 async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis(state.config.registry_refresh_ms);
     let mut failing = false;
@@ -188,7 +260,13 @@ async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receive
             _ = tokio::time::sleep(period) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        match state.registry.refresh().await {
+        let before = state.registry.snapshot().version;
+        let result = state.registry.refresh().await;
+        let snap = state.registry.snapshot();
+        if snap.version != before {
+            state.metrics.retain_instances(|i| snap.instances.contains_key(i));
+        }
+        match result {
             Ok(_) if failing => {
                 failing = false;
                 tracing::info!("registry refresh works again");

@@ -5,6 +5,11 @@
 //! latency histograms (by plane and route template) are recorded by [`track`], a middleware on
 //! both routers. Route templates come from axum's `MatchedPath`, so label cardinality is bounded
 //! by the routes we declare; unmatched paths count as `unmatched`.
+//!
+//! Per-instance series are bounded too: only registered instances are ever labelled (handlers
+//! record after resolving the instance), at most `max_instance_metric_labels` of them (later
+//! ones count as `_other`), and [`Metrics::retain_instances`] drops the series of instances that
+//! were removed.
 
 use crate::reply::WireCode;
 use axum::extract::{MatchedPath, Request};
@@ -12,8 +17,12 @@ use axum::middleware::Next;
 use axum::response::Response;
 use kvcm_core::wire::admin::{MetricValue, MetricsData, MetricsTag};
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
+
+/// The instance label of instances past the cap.
+pub const OTHER_INSTANCES: &str = "_other";
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -26,11 +35,16 @@ pub struct Metrics {
     blocks_written: IntCounterVec,
     prefix_len: HistogramVec,
     data_ops: HistogramVec,
+    auth: IntCounterVec,
+    password_checks: prometheus::IntCounter,
     pub event_log_dropped: prometheus::IntCounter,
+    /// Instances with their own label, and the cap.
+    labelled: Arc<RwLock<HashSet<String>>>,
+    max_labelled: usize,
 }
 
 impl Metrics {
-    pub fn new(access_log: bool) -> Arc<Metrics> {
+    pub fn new(access_log: bool, max_labelled: usize) -> Arc<Metrics> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new("kvcm_http_requests_total", "HTTP requests by plane, route template and wire status code"),
@@ -82,6 +96,19 @@ impl Metrics {
             &["op"],
         )
         .expect("valid metric");
+        let auth = IntCounterVec::new(
+            Opts::new(
+                "kvcm_auth_total",
+                "Authentication outcomes by plane: ok, denied, backoff (HTTP 429), unavailable",
+            ),
+            &["plane", "result"],
+        )
+        .expect("valid metric");
+        let password_checks = prometheus::IntCounter::new(
+            "kvcm_auth_password_checks_total",
+            "Argon2 password verifications run (unknown users included: they cost the same)",
+        )
+        .expect("valid metric");
         let event_log_dropped = prometheus::IntCounter::new(
             "kvcm_event_log_dropped_total",
             "Events dropped because the event log fell behind",
@@ -95,6 +122,8 @@ impl Metrics {
             Box::new(blocks_written.clone()),
             Box::new(prefix_len.clone()),
             Box::new(data_ops.clone()),
+            Box::new(auth.clone()),
+            Box::new(password_checks.clone()),
             Box::new(event_log_dropped.clone()),
         ] {
             registry.register(m).expect("unique metric");
@@ -109,12 +138,46 @@ impl Metrics {
             blocks_written,
             prefix_len,
             data_ops,
+            auth,
+            password_checks,
             event_log_dropped,
+            labelled: Arc::default(),
+            max_labelled,
         })
+    }
+
+    /// The label of a (registered) instance: its id while under the cap, else `_other`.
+    fn instance_label<'a>(&self, instance: &'a str) -> &'a str {
+        if self.labelled.read().unwrap_or_else(|p| p.into_inner()).contains(instance) {
+            return instance;
+        }
+        let mut labelled = self.labelled.write().unwrap_or_else(|p| p.into_inner());
+        if labelled.contains(instance) || labelled.len() < self.max_labelled {
+            labelled.insert(instance.to_string());
+            return instance;
+        }
+        OTHER_INSTANCES
+    }
+
+    /// Drops the series of labelled instances for which `registered` is false (removed ones),
+    /// making room under the cap.
+    pub fn retain_instances(&self, registered: impl Fn(&str) -> bool) {
+        let mut labelled = self.labelled.write().unwrap_or_else(|p| p.into_inner());
+        labelled.retain(|instance| {
+            if registered(instance) {
+                return true;
+            }
+            for vec in [&self.blocks_requested, &self.blocks_hit, &self.blocks_written] {
+                let _ = vec.remove_label_values(&[instance]);
+            }
+            let _ = self.prefix_len.remove_label_values(&[instance]);
+            false
+        });
     }
 
     /// Records one lookup of an instance.
     pub fn lookup(&self, instance: &str, requested: usize, hits: usize, matched: usize) {
+        let instance = self.instance_label(instance);
         self.blocks_requested.with_label_values(&[instance]).inc_by(requested as u64);
         self.blocks_hit.with_label_values(&[instance]).inc_by(hits as u64);
         self.prefix_len.with_label_values(&[instance]).observe(matched as f64);
@@ -122,7 +185,18 @@ impl Metrics {
 
     /// Records new writing locations of an instance.
     pub fn written(&self, instance: &str, n: usize) {
+        let instance = self.instance_label(instance);
         self.blocks_written.with_label_values(&[instance]).inc_by(n as u64);
+    }
+
+    /// Records an authentication outcome.
+    pub fn auth(&self, plane: &str, result: &str) {
+        self.auth.with_label_values(&[plane, result]).inc();
+    }
+
+    /// Records one Argon2 verification.
+    pub fn password_check(&self) {
+        self.password_checks.inc();
     }
 
     /// Records the latency of one data-plane Valkey operation.
@@ -188,4 +262,25 @@ pub async fn track(plane: &'static str, metrics: Arc<Metrics>, req: Request, nex
             micros = elapsed.as_micros() as u64, "request");
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_labels_are_capped_and_removed_instances_dropped() {
+        let m = Metrics::new(false, 2);
+        m.lookup("a", 1, 1, 1);
+        m.lookup("b", 1, 1, 1);
+        m.written("c", 3);
+        let text = m.render();
+        assert!(text.contains(r#"instance="a""#) && text.contains(r#"instance="b""#), "{text}");
+        assert!(!text.contains(r#"instance="c""#) && text.contains(r#"instance="_other""#), "{text}");
+        m.retain_instances(|i| i != "a");
+        let text = m.render();
+        assert!(!text.contains(r#"instance="a""#), "{text}");
+        m.written("c", 1);
+        assert!(m.render().contains(r#"kvcm_blocks_write_started_total{instance="c"} 1"#), "room was made");
+    }
 }

@@ -98,7 +98,10 @@ impl<T: Serialize + Default> IntoResponse for Reply<T> {
                 if e.is_internal() {
                     tracing::error!(error = %e, "request failed");
                 }
-                envelope(Http::OK, e.code(), e.public_message(), &T::default())
+                // Domain errors are HTTP 200 (Tair's convention); a credential acting beyond
+                // its scopes is an authorisation failure, HTTP 403 like the guards' refusals.
+                let http = if matches!(e, Error::Forbidden(_)) { Http::FORBIDDEN } else { Http::OK };
+                envelope(http, e.code(), e.public_message(), &T::default())
             }
         }
     }

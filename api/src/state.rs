@@ -1,7 +1,7 @@
 //! `AppState`: what every handler shares — the registry, the Valkey connection, metrics, config
 //! and this node's identity. Cheap to clone (everything behind `Arc`s or already a handle).
 
-use crate::auth::AuthCache;
+use crate::auth::AuthState;
 use crate::event_log::EventLog;
 use crate::metrics::Metrics;
 use kvcm_core::config::Config;
@@ -16,7 +16,7 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub conn: ClusterConnection,
     pub metrics: Arc<Metrics>,
-    pub auth: Arc<AuthCache>,
+    pub auth: Arc<AuthState>,
     pub node: Arc<Node>,
     pub data: DataPlane,
     pub events: Option<EventLog>,

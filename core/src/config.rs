@@ -13,8 +13,66 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// Environment variables with the `KVCM_` prefix that belong to the shell scripts, not to the
 /// server; they are not reported as unknown.
-const SCRIPT_VARS: &[&str] =
-    &["home", "root", "valkey_base_port", "valkey_primaries", "valkey_replicas", "valkey_dir", "test_valkey_url"];
+const SCRIPT_VARS: &[&str] = &[
+    "home",
+    "root",
+    "valkey_base_port",
+    "valkey_primaries",
+    "valkey_replicas",
+    "valkey_dir",
+    "test_valkey_url",
+    "bootstrap_admin_password",
+];
+
+/// The environment variable that may hold the bootstrap admin's password (never a config key,
+/// so it cannot end up in a config file or a printed configuration).
+pub const BOOTSTRAP_PASSWORD_ENV: &str = "KVCM_BOOTSTRAP_ADMIN_PASSWORD";
+
+/// `valkey_url`: seed URLs that may carry `user:password@`. Its `Debug` and `Display` redact the
+/// password, so the URL can be put in any message or log line; [`ValkeyUrl::expose`] is the one
+/// way to the raw text, for the Valkey client.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct ValkeyUrl(String);
+
+impl ValkeyUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        ValkeyUrl(url.into())
+    }
+
+    /// The raw URLs, credentials included. Only for handing to the Valkey client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ValkeyUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seeds: Vec<String> = self.0.split(',').map(|u| redact_url(u.trim())).collect();
+        f.write_str(&seeds.join(","))
+    }
+}
+
+impl std::fmt::Debug for ValkeyUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+/// A URL with the password of its `user:password@` part replaced by `***` (the user name stays:
+/// it helps diagnose ACL problems and is not a secret). Anything that is not a URL with
+/// credentials comes back unchanged.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    // The authority ends at the first '/', '?' or '#'; credentials end at its last '@'.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..end].rfind('@') else { return url.to_string() };
+    let user = rest[..at].split_once(':').map(|(u, _)| u);
+    match user {
+        Some(u) => format!("{scheme}://{u}:***@{}", &rest[at + 1..]),
+        None => format!("{scheme}://***@{}", &rest[at + 1..]),
+    }
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,7 +80,7 @@ pub struct Config {
     pub bind: String,
     pub meta_port: u16,
     pub admin_port: u16,
-    pub valkey_url: String,
+    pub valkey_url: ValkeyUrl,
     pub namespace: String,
     pub valkey_timeout_ms: u64,
     pub valkey_connect_timeout_ms: u64,
@@ -34,8 +92,29 @@ pub struct Config {
     pub registry_refresh_ms: u64,
     pub startup_config: String,
     pub meta_auth: bool,
+    pub admin_bind: String,
+    pub allow_anonymous_admin: bool,
+    pub bootstrap_admin_user: String,
+    pub bootstrap_admin_password_file: String,
+    pub min_password_length: usize,
+    pub auth_backoff_after: u32,
+    pub auth_backoff_base_ms: u64,
+    pub auth_backoff_max_ms: u64,
+    pub auth_failure_window_s: u64,
+    pub client_ip_header: String,
+    pub negative_cache_ms: u64,
+    pub max_instance_metric_labels: usize,
     pub node_id: String,
     pub max_keys_per_request: usize,
+    pub max_token_ids_per_request: usize,
+    pub max_location_specs_per_response: usize,
+    pub max_specs_per_instance: usize,
+    pub max_spec_groups_per_instance: usize,
+    pub max_name_bytes: usize,
+    pub max_instance_id_bytes: usize,
+    pub max_string_bytes: usize,
+    pub max_list_items: usize,
+    pub max_group_bytes: usize,
     pub write_timeout_default_s: u32,
     pub write_timeout_max_s: u32,
     pub usage_cache_ms: u64,
@@ -125,6 +204,9 @@ impl Config {
         if self.bind.parse::<std::net::IpAddr>().is_err() {
             return bad("bind", "must be an IP address such as 127.0.0.1 or 0.0.0.0");
         }
+        if !self.admin_bind.is_empty() && self.admin_bind.parse::<std::net::IpAddr>().is_err() {
+            return bad("admin_bind", "must be empty (same as bind) or an IP address");
+        }
         if self.meta_port != 0 && self.meta_port == self.admin_port {
             return bad("admin_port", "must differ from meta_port");
         }
@@ -133,7 +215,7 @@ impl Config {
         }
         for url in self.valkey_urls() {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return bad("valkey_url", &format!("\"{url}\" must start with redis:// or rediss://"));
+                return bad("valkey_url", &format!("\"{}\" must start with redis:// or rediss://", redact_url(&url)));
             }
         }
         if self.namespace.is_empty() || !self.namespace.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
@@ -154,6 +236,38 @@ impl Config {
         }
         if self.max_keys_per_request == 0 || self.max_keys_per_request > 1_000_000 {
             return bad("max_keys_per_request", "must be within 1..=1000000");
+        }
+        for (key, v, lo, hi) in [
+            ("max_token_ids_per_request", self.max_token_ids_per_request, 1, 1 << 26),
+            ("max_location_specs_per_response", self.max_location_specs_per_response, 1, 1 << 26),
+            ("max_specs_per_instance", self.max_specs_per_instance, 1, 4096),
+            ("max_spec_groups_per_instance", self.max_spec_groups_per_instance, 0, 253),
+            ("max_name_bytes", self.max_name_bytes, 8, 1024),
+            ("max_instance_id_bytes", self.max_instance_id_bytes, 8, 1024),
+            ("max_string_bytes", self.max_string_bytes, 64, 1 << 20),
+            ("max_list_items", self.max_list_items, 1, 1 << 16),
+            ("max_group_bytes", self.max_group_bytes, 1024, 1 << 24),
+            ("max_instance_metric_labels", self.max_instance_metric_labels, 0, 1 << 20),
+            ("min_password_length", self.min_password_length, 1, 1024),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return bad(key, &format!("must be within {lo}..={hi}"));
+            }
+        }
+        if self.auth_backoff_after == 0 {
+            return bad("auth_backoff_after", "must be at least 1");
+        }
+        if self.auth_backoff_base_ms == 0 || self.auth_backoff_base_ms > self.auth_backoff_max_ms {
+            return bad("auth_backoff_base_ms", "must be within 1..=auth_backoff_max_ms");
+        }
+        if self.auth_failure_window_s == 0 {
+            return bad("auth_failure_window_s", "must be positive");
+        }
+        if !self.client_ip_header.is_empty() && valid_header_name(&self.client_ip_header).is_none() {
+            return bad("client_ip_header", "must be a valid HTTP header name such as x-forwarded-for");
+        }
+        if !self.bootstrap_admin_password_file.is_empty() && self.bootstrap_admin_user.is_empty() {
+            return bad("bootstrap_admin_password_file", "needs bootstrap_admin_user");
         }
         if self.write_timeout_default_s == 0 || self.write_timeout_default_s > self.write_timeout_max_s {
             return bad("write_timeout_default_s", "must be within 1..=write_timeout_max_s");
@@ -193,20 +307,41 @@ impl Config {
         Ok(())
     }
 
-    /// The data plane's limits.
-    pub fn limits(&self) -> crate::store::Limits {
-        crate::store::Limits {
+    /// The request bounds.
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits {
             max_keys_per_request: self.max_keys_per_request,
+            max_token_ids_per_request: self.max_token_ids_per_request,
+            max_location_specs_per_response: self.max_location_specs_per_response,
+            max_specs_per_instance: self.max_specs_per_instance,
+            max_spec_groups_per_instance: self.max_spec_groups_per_instance,
+            max_name_bytes: self.max_name_bytes,
+            max_instance_id_bytes: self.max_instance_id_bytes,
+            max_string_bytes: self.max_string_bytes,
+            max_list_items: self.max_list_items,
+            max_group_bytes: self.max_group_bytes,
             write_timeout_default_s: self.write_timeout_default_s,
             write_timeout_max_s: self.write_timeout_max_s,
             usage_cache_ms: self.usage_cache_ms,
         }
     }
 
-    /// The seed node URLs of `valkey_url`.
+    /// The seed node URLs of `valkey_url`, credentials included (for the Valkey client only;
+    /// print `valkey_url` itself, which redacts them).
     pub fn valkey_urls(&self) -> Vec<String> {
-        self.valkey_url.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+        self.valkey_url.expose().split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
     }
+
+    /// The admin listener's address (`admin_bind`, or `bind` when empty).
+    pub fn admin_bind(&self) -> &str {
+        if self.admin_bind.is_empty() { &self.bind } else { &self.admin_bind }
+    }
+}
+
+/// A header name is ASCII letters, digits and `-` (a subset of RFC 9110 tokens, enough for the
+/// proxies kvcm sits behind).
+fn valid_header_name(name: &str) -> Option<&str> {
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')).then_some(name)
 }
 
 fn merge(into: &mut toml::Table, from: toml::Table) {
@@ -304,5 +439,26 @@ mod tests {
         std::fs::write(&file, "meta_prot = 1\n").unwrap();
         let e = Config::load_from(Some(&file), &[]).unwrap_err().to_string();
         assert!(e.contains("meta_prot"), "{e}");
+        let e = Config::load_from(None, &env(&[("KVCM_MAX_SPEC_GROUPS_PER_INSTANCE", "254")])).unwrap_err().to_string();
+        assert!(e.contains("max_spec_groups_per_instance"), "{e}");
+    }
+
+    #[test]
+    fn passwords_in_valkey_urls_are_redacted_wherever_the_url_is_printed() {
+        assert_eq!(redact_url("redis://u:hunter2@h:6379/0"), "redis://u:***@h:6379/0");
+        assert_eq!(redact_url("rediss://:tok3n@h:6380"), "rediss://***@h:6380");
+        assert_eq!(redact_url("rediss://h:6380?x=a@b"), "rediss://h:6380?x=a@b");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        let e = Config::load_from(None, &env(&[("KVCM_VALKEY_URL", "http://u:hunter2@x")])).unwrap_err().to_string();
+        assert!(!e.contains("hunter2") && e.contains("valkey_url"), "{e}");
+        let (c, notes) = Config::load_from(
+            None,
+            &env(&[("KVCM_VALKEY_URL", "redis://u:hunter2@a:1, redis://v:pw9@b:2"), (BOOTSTRAP_PASSWORD_ENV, "x")]),
+        )
+        .unwrap();
+        let shown = format!("{c:?} {}", c.valkey_url);
+        assert!(!shown.contains("hunter2") && !shown.contains("pw9"), "{shown}");
+        assert_eq!(c.valkey_urls(), vec!["redis://u:hunter2@a:1", "redis://v:pw9@b:2"]);
+        assert!(notes.ignored_env.is_empty(), "the bootstrap password variable is known");
     }
 }

@@ -12,6 +12,9 @@ pub enum Error {
     /// A domain outcome the caller can act on (bad argument, duplicate, not found, …).
     #[error("{code}: {message}")]
     Status { code: StatusCode, message: String },
+    /// The caller's credential may not act on what the request names (HTTP 403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// Valkey could not be reached or answered with an error.
     #[error("valkey: {0}")]
     Valkey(#[from] redis::RedisError),
@@ -43,6 +46,7 @@ impl Error {
     pub fn code(&self) -> StatusCode {
         match self {
             Error::Status { code, .. } => *code,
+            Error::Forbidden(_) => StatusCode::INVALID_ARGUMENT,
             Error::Valkey(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
                 StatusCode::SERVICE_NOT_READY
             }
@@ -54,7 +58,7 @@ impl Error {
     /// failures summarised.
     pub fn public_message(&self) -> String {
         match self {
-            Error::Status { message, .. } => message.clone(),
+            Error::Status { message, .. } | Error::Forbidden(message) => message.clone(),
             Error::Valkey(_) if self.code() == StatusCode::SERVICE_NOT_READY => {
                 "the metadata store (Valkey) is unreachable; retry later".into()
             }
@@ -65,6 +69,6 @@ impl Error {
 
     /// True for errors the operator should see in the log (not the caller's fault).
     pub fn is_internal(&self) -> bool {
-        !matches!(self, Error::Status { .. })
+        !matches!(self, Error::Status { .. } | Error::Forbidden(_))
     }
 }

@@ -27,8 +27,10 @@ pub struct RegistryKeys {
     pub instances: String,
     /// Hash: instance id → registration fingerprint (what makes re-registration idempotent).
     pub instance_fp: String,
-    /// Hash: user name → account JSON (role, password hash).
+    /// Hash: user name → account JSON (role, password hash, scopes).
     pub accounts: String,
+    /// Hash: API key id → key JSON (role, scopes, SHA-256 of the token; never the token).
+    pub api_keys: String,
     /// Hash: storage name → numeric id (what compact block records store).
     pub storage_ids: String,
     /// String counter handing out storage ids (never reused).
@@ -48,13 +50,14 @@ impl RegistryKeys {
             instances: k("instances"),
             instance_fp: k("instance_fp"),
             accounts: k("accounts"),
+            api_keys: k("api_keys"),
             storage_ids: k("storage_ids"),
             storage_id_seq: k("storage_id_seq"),
         }
     }
 
     /// Every registry key, in a fixed order (for scripts that read the whole registry).
-    pub fn all(&self) -> [&str; 11] {
+    pub fn all(&self) -> [&str; 12] {
         [
             &self.version,
             &self.storages,
@@ -67,7 +70,33 @@ impl RegistryKeys {
             &self.storage_ids,
             &self.storage_id_seq,
             &self.storages_unhealthy,
+            &self.api_keys,
         ]
+    }
+}
+
+/// Keys counting failed password checks (shared by every frontend), under the tag `{auth}`:
+/// `<ns>:v1:{auth}:fu:<user>` and `…:fa:<client address>` (hashes `n` = failures, `until` =
+/// back-off end in ms), and `…:ok:<user>:<address>` (an address that logged in as the user
+/// recently, exempt from the user's back-off). User names are validated names and addresses are
+/// IP literals, so neither can contain a brace.
+#[derive(Debug, Clone)]
+pub struct AuthKeys {
+    prefix: String,
+}
+
+impl AuthKeys {
+    pub fn new(namespace: &str) -> Self {
+        AuthKeys { prefix: format!("{namespace}:v1:{{auth}}:") }
+    }
+    pub fn user_failures(&self, user: &str) -> String {
+        format!("{}fu:{user}", self.prefix)
+    }
+    pub fn address_failures(&self, address: &str) -> String {
+        format!("{}fa:{address}", self.prefix)
+    }
+    pub fn trusted_address(&self, user: &str, address: &str) -> String {
+        format!("{}ok:{user}:{address}", self.prefix)
     }
 }
 
@@ -228,8 +257,10 @@ mod tests {
         assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
         assert_eq!(slot("foo"), 12182);
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
-        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+        // An empty first tag means the whole key is hashed.
+        assert_eq!(slot("foo{}{bar}"), crc16_xmodem(b"foo{}{bar}") % 16384);
         assert_ne!(slot("foo{}{bar}"), slot("bar"));
+        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
     }
 
     #[test]
@@ -238,6 +269,15 @@ mod tests {
         let first = slot(keys.all()[0]);
         assert!(keys.all().iter().all(|k| slot(k) == first));
         assert_eq!(first, slot("{reg}"));
+    }
+
+    #[test]
+    fn every_auth_key_lands_in_one_slot() {
+        let k = AuthKeys::new("kvcm");
+        let s = slot(&k.user_failures("root"));
+        assert_eq!(s, slot(&k.address_failures("10.0.0.1")));
+        assert_eq!(s, slot(&k.trusted_address("root", "::1")));
+        assert_eq!(s, slot("{auth}"));
     }
 
     #[test]

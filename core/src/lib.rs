@@ -10,6 +10,7 @@ pub mod block_key;
 pub mod config;
 pub mod error;
 pub mod keys;
+pub mod limits;
 pub mod mask;
 pub mod registry;
 pub mod scripts;

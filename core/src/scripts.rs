@@ -69,6 +69,9 @@ scripts! {
     REGISTRY_REMOVE_INSTANCE => "registry_remove_instance.lua",
     REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
     REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
+    REGISTRY_ADD_API_KEY => "registry_add_api_key.lua",
+    REGISTRY_REVOKE_API_KEY => "registry_revoke_api_key.lua",
+    AUTH_FAILURE => "auth_failure.lua",
     LEASE_ACQUIRE => "lease_acquire.lua",
     LEASE_RELEASE => "lease_release.lua";
     data:

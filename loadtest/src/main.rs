@@ -98,7 +98,7 @@ impl Bench {
     async fn new(valkey: &str, specs: usize) -> Result<Bench> {
         let ns = format!("bench{:08x}", fastrand::u32(..));
         let conn = kvcm_core::valkey::connect_urls(&[valkey.to_string()], 5000, 2000).await?;
-        let registry = Registry::open(conn.clone(), &ns).await?;
+        let registry = Registry::open(conn.clone(), &ns, Default::default()).await?;
         let storage = StorageConfig {
             global_unique_name: "files".into(),
             nfs: Some(NfsStorageSpec { root_path: "/tmp/kvcm-bench/".into(), key_count_per_file: 1 }),
@@ -134,6 +134,7 @@ impl Bench {
             write_timeout_default_s: 600,
             write_timeout_max_s: 600,
             usage_cache_ms: 60_000,
+            ..Default::default()
         };
         let data = DataPlane::new(conn.clone(), &ns, limits);
         Ok(Bench { ns, conn, registry, data, instance })
@@ -230,7 +231,7 @@ async fn serve(
     let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
     config.meta_port = 0;
     config.admin_port = 0;
-    config.valkey_url = valkey.to_string();
+    config.valkey_url = kvcm_core::config::ValkeyUrl::new(valkey);
     config.namespace = ns.to_string();
     config.max_keys_per_request = max_keys.max(1);
     config.max_body_bytes = 64 << 20;
@@ -367,7 +368,7 @@ async fn main() -> Result<()> {
                 let mut ws = Vec::new();
                 for i in 0..workers {
                     let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
-                    config.valkey_url = args.valkey.clone();
+                    config.valkey_url = kvcm_core::config::ValkeyUrl::new(args.valkey.clone());
                     config.namespace = b.ns.clone();
                     config.worker.metrics_port = 0;
                     config.worker.id = format!("bench-{i}");
@@ -410,7 +411,7 @@ async fn main() -> Result<()> {
             group.cache_config.reclaim_strategy.trigger_strategy.used_percentage = 1.0;
             b.registry.update_group(group.clone(), current).await?;
             let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
-            config.valkey_url = args.valkey.clone();
+            config.valkey_url = kvcm_core::config::ValkeyUrl::new(args.valkey.clone());
             config.namespace = b.ns.clone();
             config.worker.metrics_port = 0;
             let w = kvcm_worker::build(config).await?.worker;

@@ -257,6 +257,7 @@ async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it
         write_timeout_default_s: 30,
         write_timeout_max_s: 60,
         usage_cache_ms: 1000,
+        ..Default::default()
     };
     let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
     let a = data.lease_acquire(&fx.instance, "a", 300).await.unwrap().expect("a takes the lease");
@@ -319,6 +320,7 @@ async fn lfu_popularity_fades_as_the_aging_clock_rises() {
         write_timeout_default_s: 30,
         write_timeout_max_s: 60,
         usage_cache_ms: 1000,
+        ..Default::default()
     };
     let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
     let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
@@ -504,6 +506,7 @@ fn data_plane(ns: &str, conn: redis::cluster_async::ClusterConnection) -> kvcm_c
         write_timeout_default_s: 30,
         write_timeout_max_s: 60,
         usage_cache_ms: 1000,
+        ..Default::default()
     };
     kvcm_core::store::DataPlane::new(conn, ns, limits)
 }

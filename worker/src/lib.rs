@@ -54,7 +54,8 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
     let conn = kvcm_core::valkey::connect(&config)
         .await
         .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
-    let registry = Registry::open(conn.clone(), &config.namespace).await.context("cannot load the registry")?;
+    let registry =
+        Registry::open(conn.clone(), &config.namespace, (&config).into()).await.context("cannot load the registry")?;
     let data = DataPlane::new(conn.clone(), &config.namespace, config.limits());
     let listener = tokio::net::TcpListener::bind((config.bind.as_str(), config.worker.metrics_port))
         .await

@@ -1,6 +1,7 @@
 //! Instance RPCs of the admin plane: registerInstance (CommonResponse here, unlike the meta
 //! plane), removeInstance, getInstanceInfo, listInstanceInfo.
 
+use crate::auth::Caller;
 use crate::reply::{Reply, WireJson};
 use crate::state::AppState;
 use axum::extract::State;
@@ -14,10 +15,14 @@ pub async fn register(State(s): State<AppState>, WireJson(req): WireJson<Registe
 /// Trims the instance's cache (queueing every block for deletion) before removing it from the
 /// registry: a crash in between leaves a registered instance with an empty cache, never
 /// unregistered blocks nobody would delete.
-pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<RemoveInstanceRequest>) -> Reply<Empty> {
+pub async fn remove(
+    State(s): State<AppState>,
+    caller: Caller,
+    WireJson(req): WireJson<RemoveInstanceRequest>,
+) -> Reply<Empty> {
     Reply(
         async {
-            let (_, inst) = crate::meta::cache::instance(&s, &req.instance_id).await?;
+            let (_, inst) = crate::meta::cache::instance(&s, &caller, &req.instance_id).await?;
             if !req.instance_group.is_empty() && req.instance_group != inst.instance_group_name {
                 return Err(kvcm_core::Error::invalid(format!(
                     "instance '{}' belongs to instance group '{}', not '{}'",
@@ -33,12 +38,12 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<RemoveIns
 
 pub async fn get(
     State(s): State<AppState>,
+    caller: Caller,
     WireJson(req): WireJson<GetInstanceInfoRequest>,
 ) -> Reply<AdminGetInstanceInfoResponse> {
     Reply(
         async {
-            kvcm_core::registry::validate::instance_id(&req.instance_id)?;
-            let info = s.registry.instance(&req.instance_id).await?;
+            let (_, info) = crate::meta::cache::instance(&s, &caller, &req.instance_id).await?;
             Ok(AdminGetInstanceInfoResponse { instance_info: (*info).clone() })
         }
         .await,

@@ -1,7 +1,7 @@
 //! The admin plane (operators; default port 6492): every RPC of DESIGN §2.4 under
 //! `POST /api/<rpc>`, plus `GET /metrics` (Prometheus text) and `GET /api/healthy`.
-//! Guarded by [`crate::auth::admin_guard`] once accounts exist (except the two GET routes, which
-//! load balancers and scrapers call without credentials).
+//! Guarded by [`crate::auth::admin_guard`] (except the two GET routes, which load balancers and
+//! scrapers call without credentials).
 
 mod account;
 mod cluster;
@@ -38,6 +38,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/addAccount", post(account::add))
         .route("/api/deleteAccount", post(account::delete))
         .route("/api/listAccount", post(account::list))
+        .route("/api/createApiKey", post(account::create_api_key))
+        .route("/api/listApiKeys", post(account::list_api_keys))
+        .route("/api/revokeApiKey", post(account::revoke_api_key))
         .route("/api/getMetrics", post(cluster::get_metrics))
         .route("/api/checkHealth", post(cluster::check_health))
         .route("/api/getManagerClusterInfo", post(cluster::cluster_info))

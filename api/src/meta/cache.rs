@@ -1,8 +1,10 @@
 //! Cache RPCs of the meta plane: getCacheLocation, getCacheMeta, startWriteCache,
-//! finishWriteCache, removeCache, trimCache. Each handler validates every field (instance,
-//! keys, masks, sizes) before anything touches Valkey, calls one data-plane function, records
-//! metrics and the event log.
+//! finishWriteCache, removeCache, trimCache. Each handler resolves the instance and checks that
+//! the caller may act on its group, validates every field against the configured bounds (keys,
+//! tokens, masks, the size of the response it would build) before anything touches Valkey,
+//! calls one data-plane function, and records metrics and the event log.
 
+use crate::auth::Caller;
 use crate::event_log::now_us;
 use crate::reply::{Reply, WireJson};
 use crate::state::AppState;
@@ -18,26 +20,40 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The instance a request names, with the snapshot it was found in.
-pub async fn instance(s: &AppState, id: &str) -> Result<(Arc<Snapshot>, Arc<InstanceInfo>)> {
-    validate::instance_id(id)?;
+/// The instance a request names, with the snapshot it was found in, once the caller is known to
+/// be allowed to act on its group.
+pub async fn instance(s: &AppState, caller: &Caller, id: &str) -> Result<(Arc<Snapshot>, Arc<InstanceInfo>)> {
+    validate::instance_id(s.registry.limits(), id)?;
     let inst = s.registry.instance(id).await?;
+    caller.authorize(&inst.instance_group_name, &format!("instance '{id}'"))?;
     Ok((s.registry.snapshot(), inst))
 }
 
+/// The request's block keys, within `max_token_ids_per_request` and `max_keys_per_request`.
 fn keys(s: &AppState, inst: &InstanceInfo, block_keys: &[i64], token_ids: &[i64]) -> Result<Vec<i64>> {
+    s.registry.limits().token_ids(token_ids.len())?;
     request_keys(block_keys, token_ids, inst.block_size, s.config.max_keys_per_request)
+}
+
+/// How many specs each returned location carries at most, after `location_spec_names`.
+fn specs_per_location(s: &AppState, inst: &InstanceInfo, filter: &[String]) -> Result<usize> {
+    let limits = s.registry.limits();
+    limits.count("location_spec_names", filter.len(), limits.max_specs_per_instance, "max_specs_per_instance")?;
+    let specs = &inst.location_spec_infos;
+    Ok(if filter.is_empty() { specs.len() } else { specs.iter().filter(|x| filter.contains(&x.name)).count() })
 }
 
 pub async fn get_cache_location(
     State(s): State<AppState>,
+    caller: Caller,
     WireJson(req): WireJson<GetCacheLocationRequest>,
 ) -> Reply<LocationsResponse> {
     Reply(
         async {
-            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let (snap, inst) = instance(&s, &caller, &req.instance_id).await?;
             let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
             let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            s.registry.limits().response(blocks.len(), specs_per_location(&s, &inst, &req.location_spec_names)?)?;
             let t = Instant::now();
             let (locations, stats) = s
                 .data
@@ -58,13 +74,15 @@ pub async fn get_cache_location(
 
 pub async fn get_cache_meta(
     State(s): State<AppState>,
+    caller: Caller,
     WireJson(req): WireJson<GetCacheMetaRequest>,
 ) -> Reply<GetCacheMetaResponse> {
     Reply(
         async {
-            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let (snap, inst) = instance(&s, &caller, &req.instance_id).await?;
             let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
             let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            s.registry.limits().response(blocks.len(), specs_per_location(&s, &inst, &[])?)?;
             let (locations, metas) = s.data.get_cache_meta(&snap, &inst, &blocks, &mask, req.detail_level).await?;
             Ok(GetCacheMetaResponse { locations, metas })
         }
@@ -74,12 +92,14 @@ pub async fn get_cache_meta(
 
 pub async fn start_write_cache(
     State(s): State<AppState>,
+    caller: Caller,
     WireJson(req): WireJson<StartWriteCacheRequest>,
 ) -> Reply<StartWriteCacheResponse> {
     Reply(
         async {
-            let (snap, inst) = instance(&s, &req.instance_id).await?;
+            let (snap, inst) = instance(&s, &caller, &req.instance_id).await?;
             let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            s.registry.limits().response(blocks.len(), specs_per_location(&s, &inst, &[])?)?;
             let t = Instant::now();
             let w = s
                 .data
@@ -101,11 +121,12 @@ pub async fn start_write_cache(
 
 pub async fn finish_write_cache(
     State(s): State<AppState>,
+    caller: Caller,
     WireJson(req): WireJson<FinishWriteCacheRequest>,
 ) -> Reply<Empty> {
     Reply(
         async {
-            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let (_, inst) = instance(&s, &caller, &req.instance_id).await?;
             let t = Instant::now();
             s.data.finish_write_cache(&inst.instance_id, &req.write_session_id, req.success_blocks.as_ref()).await?;
             s.metrics.data_op("finish_write_cache", t.elapsed());
@@ -120,10 +141,14 @@ pub async fn finish_write_cache(
     )
 }
 
-pub async fn remove_cache(State(s): State<AppState>, WireJson(req): WireJson<RemoveCacheRequest>) -> Reply<Empty> {
+pub async fn remove_cache(
+    State(s): State<AppState>,
+    caller: Caller,
+    WireJson(req): WireJson<RemoveCacheRequest>,
+) -> Reply<Empty> {
     Reply(
         async {
-            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let (_, inst) = instance(&s, &caller, &req.instance_id).await?;
             let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
             let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
             let t = Instant::now();
@@ -135,10 +160,14 @@ pub async fn remove_cache(State(s): State<AppState>, WireJson(req): WireJson<Rem
     )
 }
 
-pub async fn trim_cache(State(s): State<AppState>, WireJson(req): WireJson<TrimCacheRequest>) -> Reply<Empty> {
+pub async fn trim_cache(
+    State(s): State<AppState>,
+    caller: Caller,
+    WireJson(req): WireJson<TrimCacheRequest>,
+) -> Reply<Empty> {
     Reply(
         async {
-            let (_, inst) = instance(&s, &req.instance_id).await?;
+            let (_, inst) = instance(&s, &caller, &req.instance_id).await?;
             let t = Instant::now();
             s.data.trim_cache(&inst, req.strategy, req.begin_timestamp, req.end_timestamp).await?;
             s.metrics.data_op("trim_cache", t.elapsed());

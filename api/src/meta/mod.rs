@@ -2,7 +2,7 @@
 //! `POST /api/<rpc>`, plus `GET /api/healthy` for load balancers.
 
 pub mod cache;
-mod instance;
+pub mod instance;
 
 use crate::state::AppState;
 use axum::Router;

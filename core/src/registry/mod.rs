@@ -1,5 +1,5 @@
-//! The registry: storages, instance groups, instances and accounts, kept in Valkey under the
-//! `{reg}` hash tag (DESIGN §3) and cached by every frontend.
+//! The registry: storages, instance groups, instances, accounts and API keys, kept in Valkey
+//! under the `{reg}` hash tag (DESIGN §3) and cached by every frontend.
 //!
 //! * **Writes** go through one Lua script per operation (`lua/registry_*.lua`), so checks and
 //!   changes are atomic across frontends: removing a storage a group uses, creating a group on
@@ -8,31 +8,32 @@
 //!   version counter; [`Registry::refresh`] compares it (one GET) and reloads the whole snapshot
 //!   atomically (`registry_snapshot.lua`) when it moved. Frontends refresh on a short timer and
 //!   at once when a request names an instance they do not know, so an instance registered on
-//!   one frontend is usable on every other immediately. Admin-plane reads always reload.
+//!   one frontend is usable on every other immediately. Admin-plane reads refresh first too.
+//! * **No amplification**: checks and reloads are single-flight — at most one is in flight per
+//!   frontend, and a caller that waited for one issued after it asked uses that one's result
+//!   instead of issuing its own. A name found missing is remembered (per kind, while the
+//!   snapshot's version is unchanged, for `negative_cache`), so a flood of requests naming
+//!   unknown instances, groups or API keys costs Valkey nothing after the first.
 //!
 //! Failure: if Valkey is unreachable, writes fail with SERVICE_NOT_READY and the cached
 //! snapshot keeps serving reads of known instances.
 
+mod accounts;
 pub mod tair_format;
 pub mod validate;
 
+pub use accounts::{StoredAccount, StoredApiKey};
+
 use crate::error::{Error, Result};
 use crate::keys::RegistryKeys;
+use crate::limits::Limits;
 use crate::scripts::{self, status_reply};
-use crate::wire::admin::{Account, AccountRole, InstanceGroup, StorageConfig};
+use crate::wire::admin::{AccountRole, InstanceGroup, StorageConfig};
 use crate::wire::{InstanceInfo, RegisterInstanceRequest, StatusCode};
 use redis::cluster_async::ClusterConnection;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
-
-/// An account as stored: the password only as an Argon2id PHC string.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredAccount {
-    pub user_name: String,
-    pub role: AccountRole,
-    pub password_hash: String,
-}
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// One consistent copy of the whole registry.
 #[derive(Debug, Default)]
@@ -42,6 +43,8 @@ pub struct Snapshot {
     pub groups: BTreeMap<String, InstanceGroup>,
     pub instances: HashMap<String, Arc<InstanceInfo>>,
     pub accounts: BTreeMap<String, StoredAccount>,
+    /// API key id → key (role, scopes, token digest).
+    pub api_keys: HashMap<String, StoredApiKey>,
     /// Storage name → numeric id stored in block records, and back.
     pub storage_ids: HashMap<String, u16>,
     pub storage_names: HashMap<u16, String>,
@@ -55,10 +58,30 @@ impl Snapshot {
             .map(|g| g.storage_candidates.iter().filter_map(|n| self.storages.get(n)).collect())
             .unwrap_or_default()
     }
+
+    /// Whether an account with ROLE_ADMIN exists (then the admin plane requires one).
+    pub fn has_admin(&self) -> bool {
+        self.accounts.values().any(|a| a.role == AccountRole::ROLE_ADMIN)
+    }
+
+    /// Whether any credential exists that could call the meta plane.
+    pub fn has_credentials(&self) -> bool {
+        !self.accounts.is_empty() || !self.api_keys.is_empty()
+    }
 }
 
-type SnapshotReply =
-    (i64, String, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+type SnapshotReply = (
+    i64,
+    String,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
 
 fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -> Vec<(String, T)> {
     let mut out = Vec::with_capacity(flat.len() / 2);
@@ -74,12 +97,50 @@ fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -
     out
 }
 
+/// What a registry client needs besides its connection and namespace.
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    pub limits: Limits,
+    /// How long a name found missing is remembered (while the version is unchanged).
+    pub negative_cache: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions { limits: Limits::default(), negative_cache: Duration::from_secs(1) }
+    }
+}
+
+impl From<&crate::config::Config> for RegistryOptions {
+    fn from(c: &crate::config::Config) -> Self {
+        RegistryOptions { limits: c.limits(), negative_cache: Duration::from_millis(c.negative_cache_ms) }
+    }
+}
+
+/// The kinds of names remembered as missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Instance,
+    Group,
+    ApiKey,
+}
+
+/// Most names remembered as missing; the memory is cleared when it fills up.
+const ABSENT_LIMIT: usize = 4096;
+
 /// The registry client: cached snapshot plus admin operations.
 pub struct Registry {
     conn: ClusterConnection,
     keys: RegistryKeys,
+    limits: Limits,
     cache: RwLock<Arc<Snapshot>>,
+    /// Held while a version check or reload is in flight (single flight).
     reload_lock: tokio::sync::Mutex<()>,
+    /// When the last completed check or reload was issued: the snapshot was current then.
+    fresh_as_of: Mutex<Option<Instant>>,
+    /// Names found missing: (kind, name) → (snapshot version, when).
+    absent: Mutex<HashMap<(Kind, String), (u64, Instant)>>,
+    negative_cache: Duration,
 }
 
 impl std::fmt::Debug for Registry {
@@ -90,12 +151,16 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// Connects the registry to Valkey and loads the first snapshot.
-    pub async fn open(conn: ClusterConnection, namespace: &str) -> Result<Arc<Registry>> {
+    pub async fn open(conn: ClusterConnection, namespace: &str, options: RegistryOptions) -> Result<Arc<Registry>> {
         let reg = Arc::new(Registry {
             conn,
             keys: RegistryKeys::new(namespace),
+            limits: options.limits,
             cache: RwLock::new(Arc::new(Snapshot::default())),
             reload_lock: tokio::sync::Mutex::new(()),
+            fresh_as_of: Mutex::new(None),
+            absent: Mutex::new(HashMap::new()),
+            negative_cache: options.negative_cache,
         });
         reg.reload().await?;
         Ok(reg)
@@ -106,28 +171,62 @@ impl Registry {
         self.cache.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The request bounds this registry validates against.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     fn conn(&self) -> ClusterConnection {
         self.conn.clone()
     }
 
-    /// Reloads the snapshot if the stored version moved. Returns whether it reloaded.
+    /// Whether a check or reload issued at or after `asked` has completed.
+    fn fresh_since(&self, asked: Instant) -> bool {
+        self.fresh_as_of.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| t >= asked)
+    }
+
+    fn mark_fresh(&self, issued: Instant) {
+        *self.fresh_as_of.lock().unwrap_or_else(|p| p.into_inner()) = Some(issued);
+    }
+
+    /// Makes the snapshot at least as new as the stored registry was when this call began:
+    /// one GET of the version, and a reload only if it moved. Single flight: concurrent callers
+    /// wait for the one in flight, and reuse any check issued after they asked. Returns whether
+    /// this call reloaded.
     pub async fn refresh(&self) -> Result<bool> {
-        let stored: Option<u64> = redis::cmd("GET").arg(&self.keys.version).query_async(&mut self.conn()).await?;
-        if stored.unwrap_or(0) == self.snapshot().version {
+        let asked = Instant::now();
+        let _single_flight = self.reload_lock.lock().await;
+        if self.fresh_since(asked) {
             return Ok(false);
         }
-        self.reload().await?;
+        let issued = Instant::now();
+        let stored: Option<u64> = redis::cmd("GET").arg(&self.keys.version).query_async(&mut self.conn()).await?;
+        // Re-checked under the lock: a reload that finished while we waited made this current.
+        if stored.unwrap_or(0) == self.snapshot().version {
+            self.mark_fresh(issued);
+            return Ok(false);
+        }
+        self.reload_locked(issued).await?;
         Ok(true)
     }
 
-    /// Reads the whole registry atomically and replaces the cached snapshot.
+    /// Reads the whole registry atomically and replaces the cached snapshot (unless a reload
+    /// issued after this call began has completed meanwhile: then its snapshot is returned).
     pub async fn reload(&self) -> Result<Arc<Snapshot>> {
+        let asked = Instant::now();
         let _single_flight = self.reload_lock.lock().await;
+        if self.fresh_since(asked) {
+            return Ok(self.snapshot());
+        }
+        self.reload_locked(Instant::now()).await
+    }
+
+    async fn reload_locked(&self, issued: Instant) -> Result<Arc<Snapshot>> {
         let mut inv = scripts::REGISTRY_SNAPSHOT.script().prepare_invoke();
         for k in self.keys.all() {
             inv.key(k);
         }
-        let (_, version, storages, disabled, groups, instances, accounts, ids, unhealthy): SnapshotReply =
+        let (_, version, storages, disabled, groups, instances, accounts, ids, unhealthy, api_keys): SnapshotReply =
             inv.invoke_async(&mut self.conn()).await?;
         let mut snap = Snapshot {
             version: version.parse().unwrap_or(0),
@@ -138,6 +237,7 @@ impl Registry {
                 .map(|(k, v)| (k, Arc::new(v)))
                 .collect(),
             accounts: decode_pairs("account", accounts).into_iter().collect(),
+            api_keys: decode_pairs("api key", api_keys).into_iter().collect(),
             ..Default::default()
         };
         for (name, s) in snap.storages.iter_mut() {
@@ -152,21 +252,60 @@ impl Registry {
             }
         }
         let snap = Arc::new(snap);
-        let mut w = self.cache.write().unwrap_or_else(|p| p.into_inner());
-        // Never go backwards if a slower reload raced a newer one.
-        if snap.version >= w.version {
-            *w = snap.clone();
+        let current = {
+            let mut w = self.cache.write().unwrap_or_else(|p| p.into_inner());
+            // Never go backwards (reloads are serialised, but a registry restored from an older
+            // backup would otherwise flip frontends back and forth).
+            if snap.version >= w.version {
+                *w = snap.clone();
+            }
+            w.clone()
+        };
+        self.mark_fresh(issued);
+        Ok(current)
+    }
+
+    /// Whether `name` was found missing at the current snapshot version, recently.
+    fn known_absent(&self, kind: Kind, name: &str) -> bool {
+        let version = self.snapshot().version;
+        let absent = self.absent.lock().unwrap_or_else(|p| p.into_inner());
+        absent.get(&(kind, name.to_string())).is_some_and(|(v, at)| *v == version && at.elapsed() < self.negative_cache)
+    }
+
+    fn remember_absent(&self, kind: Kind, name: &str) {
+        let version = self.snapshot().version;
+        let mut absent = self.absent.lock().unwrap_or_else(|p| p.into_inner());
+        if absent.len() >= ABSENT_LIMIT {
+            absent.clear();
         }
-        Ok(w.clone())
+        absent.insert((kind, name.to_string()), (version, Instant::now()));
+    }
+
+    /// Looks a name up in the snapshot; when missing (and not known missing), refreshes once
+    /// and looks again. `None` means it does not exist.
+    pub(crate) async fn lookup<T>(
+        &self,
+        kind: Kind,
+        name: &str,
+        get: impl Fn(&Snapshot) -> Option<T>,
+    ) -> Result<Option<T>> {
+        if let Some(v) = get(&self.snapshot()) {
+            return Ok(Some(v));
+        }
+        if self.known_absent(kind, name) {
+            return Ok(None);
+        }
+        self.refresh().await?;
+        let found = get(&self.snapshot());
+        if found.is_none() {
+            self.remember_absent(kind, name);
+        }
+        Ok(found)
     }
 
     /// The registered instance, refreshing once if this frontend does not know it yet.
     pub async fn instance(&self, id: &str) -> Result<Arc<InstanceInfo>> {
-        if let Some(i) = self.snapshot().instances.get(id) {
-            return Ok(i.clone());
-        }
-        self.refresh().await?;
-        self.snapshot().instances.get(id).cloned().ok_or_else(|| {
+        self.lookup(Kind::Instance, id, |s| s.instances.get(id).cloned()).await?.ok_or_else(|| {
             Error::status(
                 StatusCode::INSTANCE_NOT_EXIST,
                 format!("instance '{id}' is not registered; call registerInstance first"),
@@ -198,7 +337,7 @@ impl Registry {
     // ---- storages ----
 
     pub async fn add_storage(&self, mut cfg: StorageConfig) -> Result<()> {
-        validate::storage(&mut cfg)?;
+        validate::storage(&self.limits, &mut cfg)?;
         let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
         self.write(
@@ -214,7 +353,7 @@ impl Registry {
     /// point, mooncake master…) requires `force`: blocks already written there would no longer
     /// be found by their URIs.
     pub async fn update_storage(&self, mut cfg: StorageConfig, force: bool) -> Result<()> {
-        validate::storage(&mut cfg)?;
+        validate::storage(&self.limits, &mut cfg)?;
         let name = cfg.global_unique_name.clone();
         let k = &self.keys;
         let current: Option<String> =
@@ -236,7 +375,7 @@ impl Registry {
     }
 
     pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
-        validate::name("storage_unique_name", name)?;
+        validate::name(&self.limits, "storage_unique_name", name)?;
         let k = &self.keys;
         let flag = if available { "1" } else { "0" };
         self.write(
@@ -263,7 +402,7 @@ impl Registry {
     }
 
     pub async fn remove_storage(&self, name: &str) -> Result<()> {
-        validate::name("storage_unique_name", name)?;
+        validate::name(&self.limits, "storage_unique_name", name)?;
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_STORAGE,
@@ -275,14 +414,13 @@ impl Registry {
     }
 
     pub async fn list_storages(&self) -> Result<Vec<StorageConfig>> {
-        Ok(self.reload().await?.storages.values().cloned().collect())
+        Ok(self.current().await?.storages.values().cloned().collect())
     }
 
     // ---- instance groups ----
 
     pub async fn create_group(&self, g: InstanceGroup) -> Result<()> {
-        validate::group(&g)?;
-        let json = serde_json::to_string(&g).map_err(|e| Error::internal(e.to_string()))?;
+        let json = validate::group(&self.limits, &g)?;
         let k = &self.keys;
         let mut args: Vec<&str> = vec![&g.name, &json];
         args.extend(g.storage_candidates.iter().map(String::as_str));
@@ -292,14 +430,13 @@ impl Registry {
     /// Optimistic update: the stored version must equal `current_version`, and the new group's
     /// version must be larger.
     pub async fn update_group(&self, g: InstanceGroup, current_version: i64) -> Result<()> {
-        validate::group(&g)?;
+        let json = validate::group(&self.limits, &g)?;
         if g.version <= current_version {
             return Err(Error::invalid(format!(
                 "instance_group.version ({}) must be larger than current_version ({current_version})",
                 g.version
             )));
         }
-        let json = serde_json::to_string(&g).map_err(|e| Error::internal(e.to_string()))?;
         let cur = current_version.to_string();
         let k = &self.keys;
         let mut args: Vec<&str> = vec![&g.name, &json, &cur];
@@ -308,7 +445,7 @@ impl Registry {
     }
 
     pub async fn remove_group(&self, name: &str) -> Result<()> {
-        validate::name("name", name)?;
+        validate::name(&self.limits, "name", name)?;
         let k = &self.keys;
         self.write(&scripts::REGISTRY_REMOVE_GROUP, &[&k.version, &k.groups, &k.group_instances], &[name])
             .await
@@ -316,8 +453,8 @@ impl Registry {
     }
 
     pub async fn get_group(&self, name: &str) -> Result<InstanceGroup> {
-        validate::name("name", name)?;
-        self.reload()
+        validate::name(&self.limits, "name", name)?;
+        self.current()
             .await?
             .groups
             .get(name)
@@ -326,7 +463,13 @@ impl Registry {
     }
 
     pub async fn list_groups(&self) -> Result<Vec<InstanceGroup>> {
-        Ok(self.reload().await?.groups.values().cloned().collect())
+        Ok(self.current().await?.groups.values().cloned().collect())
+    }
+
+    /// The snapshot, refreshed first (what admin-plane reads answer from).
+    pub async fn current(&self) -> Result<Arc<Snapshot>> {
+        self.refresh().await?;
+        Ok(self.snapshot())
     }
 
     // ---- instances ----
@@ -334,16 +477,12 @@ impl Registry {
     /// Registers an instance (idempotent for an identical registration) and returns the
     /// `storage_configs` JSON string of its group's candidate storages.
     pub async fn register_instance(&self, req: &RegisterInstanceRequest) -> Result<String> {
-        let mut info = validate::registration(req)?;
-        let snap = self.snapshot();
-        let group = match snap.groups.get(&req.instance_group) {
-            Some(g) => g.clone(),
-            None => self.get_group(&req.instance_group).await.map_err(|_| {
-                Error::invalid(format!(
-                    "instance group '{}' does not exist; create it with createInstanceGroup",
-                    req.instance_group
-                ))
-            })?,
+        let mut info = validate::registration(&self.limits, req)?;
+        let name = &req.instance_group;
+        let Some(group) = self.lookup(Kind::Group, name, |s| s.groups.get(name).cloned()).await? else {
+            return Err(Error::invalid(format!(
+                "instance group '{name}' does not exist; create it with createInstanceGroup"
+            )));
         };
         info.quota_group_name = group.global_quota_group_name.clone();
         let fp = validate::fingerprint(&info);
@@ -384,7 +523,7 @@ impl Registry {
 
     /// Removes an instance from the registry. `group`, if not empty, must be its group.
     pub async fn remove_instance(&self, id: &str, group: &str) -> Result<String> {
-        validate::instance_id(id)?;
+        validate::instance_id(&self.limits, id)?;
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_INSTANCE,
@@ -396,7 +535,7 @@ impl Registry {
 
     /// Instances of one group, or of all groups when `group` is empty, sorted by id.
     pub async fn list_instances(&self, group: &str) -> Result<Vec<InstanceInfo>> {
-        let snap = self.reload().await?;
+        let snap = self.current().await?;
         if !group.is_empty() && !snap.groups.contains_key(group) {
             return Err(Error::invalid(format!("instance group '{group}' does not exist")));
         }
@@ -408,40 +547,6 @@ impl Registry {
             .collect();
         out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         Ok(out)
-    }
-
-    // ---- accounts ----
-
-    pub async fn add_account(&self, user: &str, password: &str, role: AccountRole) -> Result<()> {
-        validate::name("user_name", user)?;
-        if password.len() < 8 {
-            return Err(Error::invalid("password must have at least 8 characters"));
-        }
-        if password.len() > 1024 {
-            return Err(Error::invalid("password must have at most 1024 characters"));
-        }
-        let acct = StoredAccount { user_name: user.into(), role, password_hash: crate::auth::hash_password(password)? };
-        let json = serde_json::to_string(&acct).map_err(|e| Error::internal(e.to_string()))?;
-        let k = &self.keys;
-        self.write(&scripts::REGISTRY_ADD_ACCOUNT, &[&k.version, &k.accounts], &[user, &json, role.name()])
-            .await
-            .map(drop)
-    }
-
-    pub async fn delete_account(&self, user: &str) -> Result<()> {
-        validate::name("user_name", user)?;
-        let k = &self.keys;
-        self.write(&scripts::REGISTRY_DELETE_ACCOUNT, &[&k.version, &k.accounts], &[user]).await.map(drop)
-    }
-
-    pub async fn list_accounts(&self) -> Result<Vec<Account>> {
-        Ok(self
-            .reload()
-            .await?
-            .accounts
-            .values()
-            .map(|a| Account { user_name: a.user_name.clone(), role: a.role })
-            .collect())
     }
 
     // ---- startup ----

@@ -2,44 +2,72 @@
 //! groups, instance registrations and accounts. Every error says which field is wrong and how.
 //!
 //! Validation also normalises where the protocol is lenient (a `root_path` without its trailing
-//! `/` gains one; `key_count_per_file` 0 means 1), so what is stored is canonical.
+//! `/` gains one; `key_count_per_file` 0 means 1), so what is stored is canonical. Sizes and
+//! counts are checked against the configured [`Limits`].
 
 use crate::error::{Error, Result};
-use crate::wire::admin::{InstanceGroup, StorageConfig};
+use crate::limits::Limits;
+use crate::wire::admin::{AccountRole, InstanceGroup, StorageConfig};
 use crate::wire::{InstanceInfo, RegisterInstanceRequest, StorageType};
 use std::collections::HashSet;
 
-const MAX_NAME: usize = 128;
-const MAX_INSTANCE_ID: usize = 200;
+/// Largest `block_size` (tokens per block) an instance may register.
+pub const MAX_BLOCK_SIZE: i32 = 1 << 20;
+/// Largest `tp_size`, `dp_size` and `pp_size`.
+pub const MAX_PARALLELISM: i32 = 1 << 16;
 
-/// A storage, group or account name: 1–128 of `[A-Za-z0-9._:-]`.
-pub fn name(field: &str, value: &str) -> Result<()> {
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary, for
+/// quoting an oversized value in a message without echoing all of it.
+fn clip(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A storage, group, spec, account or API key name: 1–`max_name_bytes` of `[A-Za-z0-9._:-]`,
+/// and not `.` or `..` (names may become path segments).
+pub fn name(limits: &Limits, field: &str, value: &str) -> Result<()> {
     if value.is_empty() {
         return Err(Error::invalid(format!("{field} is required")));
     }
-    if value.len() > MAX_NAME {
-        return Err(Error::invalid(format!("{field} is longer than {MAX_NAME} characters")));
+    if value.len() > limits.max_name_bytes {
+        return Err(Error::invalid(format!(
+            "{field} \"{}…\" is longer than {} bytes (max_name_bytes)",
+            clip(value, 32),
+            limits.max_name_bytes
+        )));
     }
     if let Some(c) = value.chars().find(|c| !(c.is_ascii_alphanumeric() || "._:-".contains(*c))) {
         return Err(Error::invalid(format!(
-            "{field} \"{value}\" contains {c:?}; use letters, digits, '.', '_', ':' and '-'"
+            "{field} \"{}\" contains {c:?}; use letters, digits, '.', '_', ':' and '-'",
+            clip(value, 64)
         )));
+    }
+    if value == "." || value == ".." {
+        return Err(Error::invalid(format!("{field} must not be \".\" or \"..\" (names become path segments)")));
     }
     Ok(())
 }
 
-/// An instance id: 1–200 printable ASCII characters without whitespace, braces (they would
-/// break the Valkey hash tag), backslashes or `..` path segments (it becomes part of file paths).
-pub fn instance_id(value: &str) -> Result<()> {
+/// An instance id: 1–`max_instance_id_bytes` printable ASCII characters without whitespace,
+/// braces (they would break the Valkey hash tag), backslashes or `..` path segments.
+pub fn instance_id(limits: &Limits, value: &str) -> Result<()> {
     if value.is_empty() {
         return Err(Error::invalid("instance_id is required"));
     }
-    if value.len() > MAX_INSTANCE_ID {
-        return Err(Error::invalid(format!("instance_id is longer than {MAX_INSTANCE_ID} characters")));
+    if value.len() > limits.max_instance_id_bytes {
+        return Err(Error::invalid(format!(
+            "instance_id \"{}…\" is longer than {} bytes (max_instance_id_bytes)",
+            clip(value, 32),
+            limits.max_instance_id_bytes
+        )));
     }
     if let Some(c) = value.chars().find(|c| !c.is_ascii_graphic() || "{}\\?#%&".contains(*c)) {
         return Err(Error::invalid(format!(
-            "instance_id \"{value}\" contains {c:?}; whitespace, control characters and {{}}\\?#%& are not allowed"
+            "instance_id \"{}\" contains {c:?}; whitespace, control characters and {{}}\\?#%& are not allowed",
+            clip(value, 64).escape_debug()
         )));
     }
     if value.starts_with('/') || value.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
@@ -50,9 +78,37 @@ pub fn instance_id(value: &str) -> Result<()> {
     Ok(())
 }
 
+/// The scope that grants every instance group.
+pub const ALL_GROUPS: &str = "*";
+
+/// The instance groups a credential may act on: group names (existing or not yet: provisioning
+/// tools create things in any order) or `*`, deduplicated and sorted. Admins act on every group,
+/// so scopes on an admin credential are refused rather than silently ignored.
+pub fn scopes(limits: &Limits, role: AccountRole, groups: &[String]) -> Result<Vec<String>> {
+    if role == AccountRole::ROLE_ADMIN && !groups.is_empty() {
+        return Err(Error::invalid(
+            "instance_groups applies to ROLE_USER credentials; a ROLE_ADMIN credential acts on every group",
+        ));
+    }
+    limits.count("instance_groups", groups.len(), limits.max_list_items, "max_list_items")?;
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        if g != ALL_GROUPS {
+            name(limits, "instance_groups[]", g)?;
+        }
+        out.push(g.clone());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Validates and normalises a storage config.
-pub fn storage(cfg: &mut StorageConfig) -> Result<()> {
-    name("storage.global_unique_name", &cfg.global_unique_name)?;
+pub fn storage(limits: &Limits, cfg: &mut StorageConfig) -> Result<()> {
+    name(limits, "storage.global_unique_name", &cfg.global_unique_name)?;
+    for (field, v) in storage_strings(cfg) {
+        limits.string(&format!("storage.{field}"), v)?;
+    }
     let Some(_) = cfg.storage_type() else {
         return Err(Error::invalid(
             "storage must set exactly one of nfs, threefs, mooncake, tair_mem_pool, vcnsthreefs, local",
@@ -131,6 +187,49 @@ pub fn storage(cfg: &mut StorageConfig) -> Result<()> {
     Ok(())
 }
 
+/// Every free-text field of a storage config, named.
+fn storage_strings(cfg: &StorageConfig) -> Vec<(&'static str, &str)> {
+    let mut out = Vec::new();
+    if let Some(n) = &cfg.nfs {
+        out.push(("nfs.root_path", n.root_path.as_str()));
+    }
+    if let Some(l) = &cfg.local {
+        out.push(("local.path", l.path.as_str()));
+    }
+    if let Some(t) = &cfg.threefs {
+        out.extend([
+            ("threefs.cluster_name", t.cluster_name.as_str()),
+            ("threefs.mountpoint", &t.mountpoint),
+            ("threefs.root_dir", &t.root_dir),
+        ]);
+    }
+    if let Some(v) = &cfg.vcnsthreefs {
+        out.extend([
+            ("vcnsthreefs.cluster_name", v.cluster_name.as_str()),
+            ("vcnsthreefs.mountpoint", &v.mountpoint),
+            ("vcnsthreefs.root_dir", &v.root_dir),
+            ("vcnsthreefs.remote_host", &v.remote_host),
+            ("vcnsthreefs.meta_storage_uri", &v.meta_storage_uri),
+        ]);
+    }
+    if let Some(m) = &cfg.mooncake {
+        out.extend([
+            ("mooncake.local_hostname", m.local_hostname.as_str()),
+            ("mooncake.metadata_connstring", &m.metadata_connstring),
+            ("mooncake.protocol", &m.protocol),
+            ("mooncake.rdma_device", &m.rdma_device),
+            ("mooncake.master_service_entry", &m.master_service_entry),
+        ]);
+    }
+    if let Some(p) = &cfg.tair_mem_pool {
+        out.extend([
+            ("tair_mem_pool.domain", p.domain.as_str()),
+            ("tair_mem_pool.service_discovery_url", &p.service_discovery_url),
+        ]);
+    }
+    out
+}
+
 /// The part of a storage config that decides where existing blocks live. Changing it would
 /// orphan those blocks, so `updateStorage` requires `force_update` for it.
 pub fn storage_placement(cfg: &StorageConfig) -> String {
@@ -150,15 +249,25 @@ pub fn storage_placement(cfg: &StorageConfig) -> String {
     serde_json::to_string(&c).unwrap_or_default()
 }
 
-/// Validates an instance group (create and update).
-pub fn group(g: &InstanceGroup) -> Result<()> {
-    name("instance_group.name", &g.name)?;
+/// Validates an instance group (create and update), and returns its JSON as stored.
+pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
+    name(limits, "instance_group.name", &g.name)?;
     if g.storage_candidates.is_empty() {
         return Err(Error::invalid("instance_group.storage_candidates must name at least one storage"));
     }
+    limits.count(
+        "instance_group.storage_candidates",
+        g.storage_candidates.len(),
+        limits.max_list_items,
+        "max_list_items",
+    )?;
+    limits.string("instance_group.user_data", &g.user_data)?;
+    if !g.global_quota_group_name.is_empty() {
+        name(limits, "instance_group.global_quota_group_name", &g.global_quota_group_name)?;
+    }
     let mut seen = HashSet::new();
     for c in &g.storage_candidates {
-        name("instance_group.storage_candidates[]", c)?;
+        name(limits, "instance_group.storage_candidates[]", c)?;
         if !seen.insert(c) {
             return Err(Error::invalid(format!("instance_group.storage_candidates lists \"{c}\" twice")));
         }
@@ -212,18 +321,30 @@ pub fn group(g: &InstanceGroup) -> Result<()> {
     if !r.storage_unique_name.is_empty() && !g.storage_candidates.contains(&r.storage_unique_name) {
         return Err(Error::invalid(format!(
             "reclaim_strategy.storage_unique_name \"{}\" is not one of the group's storage_candidates",
-            r.storage_unique_name
+            clip(&r.storage_unique_name, 64)
         )));
     }
-    Ok(())
+    let json = serde_json::to_string(g).map_err(|e| Error::internal(e.to_string()))?;
+    if json.len() > limits.max_group_bytes {
+        return Err(Error::invalid(format!(
+            "instance_group takes {} bytes as stored (user_data, meta_indexer_config …); at most {} are \
+             accepted (max_group_bytes)",
+            json.len(),
+            limits.max_group_bytes
+        )));
+    }
+    Ok(json)
 }
 
 /// Validates a registration and builds the instance record it asks for.
-pub fn registration(req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
-    name("instance_group", &req.instance_group)?;
-    instance_id(&req.instance_id)?;
-    if req.block_size <= 0 {
-        return Err(Error::invalid(format!("block_size must be > 0 tokens, got {}", req.block_size)));
+pub fn registration(limits: &Limits, req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
+    name(limits, "instance_group", &req.instance_group)?;
+    instance_id(limits, &req.instance_id)?;
+    if req.block_size <= 0 || req.block_size > MAX_BLOCK_SIZE {
+        return Err(Error::invalid(format!(
+            "block_size must be within 1..={MAX_BLOCK_SIZE} tokens, got {}",
+            req.block_size
+        )));
     }
     let Some(md) = req.model_deployment.as_ref() else {
         return Err(Error::invalid("model_deployment is required (with model_name and dtype)"));
@@ -234,17 +355,41 @@ pub fn registration(req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
     if md.dtype.is_empty() {
         return Err(Error::invalid("model_deployment.dtype is required"));
     }
-    if md.tp_size < 0 || md.dp_size < 0 || md.pp_size < 0 {
-        return Err(Error::invalid("model_deployment tp_size, dp_size and pp_size must be >= 0"));
+    for (field, v) in [
+        ("model_deployment.model_name", &md.model_name),
+        ("model_deployment.dtype", &md.dtype),
+        ("model_deployment.lora_name", &md.lora_name),
+        ("model_deployment.extra", &md.extra),
+        ("model_deployment.user_data", &md.user_data),
+    ] {
+        limits.string(field, v)?;
+    }
+    let parallelism = 0..=MAX_PARALLELISM;
+    if !(parallelism.contains(&md.tp_size) && parallelism.contains(&md.dp_size) && parallelism.contains(&md.pp_size)) {
+        return Err(Error::invalid(format!(
+            "model_deployment tp_size, dp_size and pp_size must be within 0..={MAX_PARALLELISM}"
+        )));
     }
     if req.location_spec_infos.is_empty() {
         return Err(Error::invalid(
             "location_spec_infos must list at least one spec (e.g. {\"name\":\"tp0\",\"size\":4096})",
         ));
     }
+    limits.count(
+        "location_spec_infos",
+        req.location_spec_infos.len(),
+        limits.max_specs_per_instance,
+        "max_specs_per_instance",
+    )?;
+    limits.count(
+        "location_spec_groups",
+        req.location_spec_groups.len(),
+        limits.max_spec_groups_per_instance,
+        "max_spec_groups_per_instance",
+    )?;
     let mut specs = HashSet::new();
     for s in &req.location_spec_infos {
-        name("location_spec_infos[].name", &s.name)?;
+        name(limits, "location_spec_infos[].name", &s.name)?;
         if !specs.insert(s.name.as_str()) {
             return Err(Error::invalid(format!("location_spec_infos lists \"{}\" twice", s.name)));
         }
@@ -260,19 +405,24 @@ pub fn registration(req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
     }
     let mut groups = HashSet::new();
     for g in &req.location_spec_groups {
-        name("location_spec_groups[].name", &g.name)?;
+        name(limits, "location_spec_groups[].name", &g.name)?;
         if !groups.insert(g.name.as_str()) {
             return Err(Error::invalid(format!("location_spec_groups lists \"{}\" twice", g.name)));
         }
         if g.spec_names.is_empty() {
             return Err(Error::invalid(format!("location_spec_groups \"{}\" has no spec_names", g.name)));
         }
+        let mut members = HashSet::new();
         for s in &g.spec_names {
             if !specs.contains(s.as_str()) {
                 return Err(Error::invalid(format!(
-                    "location_spec_groups \"{}\" names spec \"{s}\", which is not in location_spec_infos",
-                    g.name
+                    "location_spec_groups \"{}\" names spec \"{}\", which is not in location_spec_infos",
+                    g.name,
+                    clip(s, 64).escape_debug()
                 )));
+            }
+            if !members.insert(s.as_str()) {
+                return Err(Error::invalid(format!("location_spec_groups \"{}\" lists spec \"{s}\" twice", g.name)));
             }
         }
     }
@@ -328,12 +478,65 @@ mod tests {
 
     #[test]
     fn instance_ids_that_would_break_keys_or_paths_are_refused() {
-        for bad in ["", "a{b", "a}b", "a b", "../x", "a/../b", "/abs", "a//b", "x\u{7}", "a?b"] {
-            assert!(instance_id(bad).is_err(), "{bad:?} accepted");
+        let l = Limits::default();
+        let long = "x".repeat(l.max_instance_id_bytes + 1);
+        for bad in ["", "a{b", "a}b", "a b", "../x", "a/../b", "/abs", "a//b", "x\u{7}", "a?b", &long] {
+            assert!(instance_id(&l, bad).is_err(), "{bad:?} accepted");
         }
         for good in ["inst-1", "Qwen/Qwen2-7B", "model:v1.2_tp8", "a@b+c=d"] {
-            instance_id(good).unwrap();
+            instance_id(&l, good).unwrap();
         }
+    }
+
+    #[test]
+    fn names_are_bounded_and_never_dot_segments() {
+        let l = Limits::default();
+        for bad in [".", "..", "a/b", "", "a b", &"n".repeat(l.max_name_bytes + 1)] {
+            assert!(name(&l, "f", bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["...", ".hidden", "tp0", "a.b:c-d_e", &"n".repeat(l.max_name_bytes)] {
+            name(&l, "f", good).unwrap();
+        }
+    }
+
+    #[test]
+    fn registrations_are_bounded_in_specs_groups_and_strings() {
+        let l = Limits { max_specs_per_instance: 2, max_spec_groups_per_instance: 1, ..Limits::default() };
+        let spec = |n: &str| crate::wire::LocationSpecInfo { name: n.into(), size: 1 };
+        let ok = RegisterInstanceRequest {
+            instance_group: "g".into(),
+            instance_id: "i".into(),
+            block_size: 16,
+            location_spec_infos: vec![spec("a"), spec("b")],
+            model_deployment: Some(crate::wire::ModelDeployment {
+                model_name: "m".into(),
+                dtype: "d".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        registration(&l, &ok).unwrap();
+        let mut r = ok.clone();
+        r.location_spec_infos.push(spec("c"));
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("max_specs_per_instance"));
+        let mut r = ok.clone();
+        let group = |n: &str, specs: &[&str]| crate::wire::LocationSpecGroup {
+            name: n.into(),
+            spec_names: specs.iter().map(|s| s.to_string()).collect(),
+        };
+        r.location_spec_groups = vec![group("g1", &["a"]), group("g2", &["b"])];
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("max_spec_groups_per_instance"));
+        r.location_spec_groups = vec![group("g1", &["a", "a"])];
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("twice"));
+        let mut r = ok.clone();
+        r.location_spec_infos[0].name = "..".into();
+        assert!(registration(&l, &r).is_err());
+        let mut r = ok.clone();
+        r.model_deployment.as_mut().unwrap().extra = "x".repeat(l.max_string_bytes + 1);
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("model_deployment.extra"));
+        let mut r = ok;
+        r.block_size = MAX_BLOCK_SIZE + 1;
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("block_size"));
     }
 
     #[test]
@@ -343,17 +546,20 @@ mod tests {
             nfs: Some(NfsStorageSpec { root_path: "/tmp/kv".into(), key_count_per_file: 0 }),
             ..Default::default()
         };
-        storage(&mut c).unwrap();
+        let l = Limits::default();
+        storage(&l, &mut c).unwrap();
         assert_eq!(c.nfs.as_ref().unwrap().root_path, "/tmp/kv/");
         assert_eq!(c.nfs.as_ref().unwrap().key_count_per_file, 1);
         c.nfs.as_mut().unwrap().root_path = "relative/".into();
-        assert!(storage(&mut c).unwrap_err().to_string().contains("absolute"));
+        assert!(storage(&l, &mut c).unwrap_err().to_string().contains("absolute"));
+        c.nfs.as_mut().unwrap().root_path = format!("/{}", "d".repeat(l.max_string_bytes));
+        assert!(storage(&l, &mut c).unwrap_err().to_string().contains("max_string_bytes"));
     }
 
     #[test]
     fn a_storage_needs_exactly_one_spec() {
         let mut c = StorageConfig { global_unique_name: "s".into(), ..Default::default() };
-        assert!(storage(&mut c).unwrap_err().to_string().contains("exactly one"));
+        assert!(storage(&Limits::default(), &mut c).unwrap_err().to_string().contains("exactly one"));
     }
 
     #[test]

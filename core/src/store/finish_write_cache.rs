@@ -20,8 +20,10 @@ impl DataPlane {
         success: Option<&WireBlockMask>,
     ) -> Result<i64> {
         if !valid_session_id(session_id) {
+            let shown: String = session_id.chars().take(32).collect();
             return Err(Error::invalid(format!(
-                "write_session_id \"{session_id}\" is not a session id startWriteCache returned"
+                "write_session_id \"{}\" is not a session id startWriteCache returned",
+                shown.escape_debug()
             )));
         }
         // The script knows how many locations the session has; it checks the mask's length.
@@ -33,6 +35,14 @@ impl DataPlane {
                 }
                 (Some(o), None) if o < 0 => return Err(Error::invalid("success_blocks.offset must be >= 0")),
                 (Some(o), None) => format!("o{o}"),
+                (None, Some(b)) if b.values.len() > self.limits.max_keys_per_request => {
+                    return Err(Error::invalid(format!(
+                        "success_blocks.bool_masks has {} values; a session has at most {} blocks \
+                         (max_keys_per_request)",
+                        b.values.len(),
+                        self.limits.max_keys_per_request
+                    )));
+                }
                 (None, Some(b)) => {
                     format!("b{}", b.values.iter().map(|v| if *v { '1' } else { '0' }).collect::<String>())
                 }

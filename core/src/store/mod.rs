@@ -31,14 +31,7 @@ use std::sync::Arc;
 /// Fields per HMGET when a read names many blocks.
 pub const HMGET_CHUNK: usize = 1024;
 
-/// Limits that protect Valkey and the frontends from oversized requests.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub max_keys_per_request: usize,
-    pub write_timeout_default_s: u32,
-    pub write_timeout_max_s: u32,
-    pub usage_cache_ms: u64,
-}
+pub use crate::limits::Limits;
 
 /// The data plane client (cheap to clone).
 #[derive(Clone)]

@@ -214,6 +214,22 @@ pub struct InstanceGroup {
 pub struct Account {
     pub user_name: String,
     pub role: AccountRole,
+    /// kvcm extension: the instance groups a ROLE_USER account may act on (`*` = all).
+    pub instance_groups: Vec<String>,
+}
+
+/// kvcm extension: an API key as listed (never its token).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct ApiKey {
+    pub key_id: String,
+    pub name: String,
+    pub role: AccountRole,
+    /// The instance groups a ROLE_USER key may act on (`*` = all).
+    pub instance_groups: Vec<String>,
+    /// Creation time, unix milliseconds.
+    #[serde(with = "int64")]
+    pub create_time_ms: i64,
 }
 
 // ---- requests ----
@@ -287,6 +303,30 @@ pub struct AddAccountRequest {
     pub user_name: String,
     pub password: String,
     pub role: AccountRole,
+    /// kvcm extension: instance groups a ROLE_USER account may act on (`*` = all). Tair's
+    /// requests omit it: such an account may act on no instance group until re-created.
+    #[serde(deserialize_with = "null_default")]
+    pub instance_groups: Vec<String>,
+}
+
+/// kvcm extension: `createApiKey`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateApiKeyRequest {
+    pub trace_id: String,
+    /// What the key is for (e.g. the engine fleet using it); shown by listApiKeys.
+    pub name: String,
+    pub role: AccountRole,
+    #[serde(deserialize_with = "null_default")]
+    pub instance_groups: Vec<String>,
+}
+
+/// kvcm extension: `revokeApiKey`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct RevokeApiKeyRequest {
+    pub trace_id: String,
+    pub key_id: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -340,6 +380,20 @@ pub struct ListInstanceInfoResponse {
 #[serde(default)]
 pub struct ListAccountResponse {
     pub accounts: Vec<Account>,
+}
+
+/// kvcm extension: the new key, with its token — shown this once, never again.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CreateApiKeyResponse {
+    pub token: String,
+    pub api_key: ApiKey,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListApiKeysResponse {
+    pub api_keys: Vec<ApiKey>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,0 +1,36 @@
+-- auth_failure: count one failed password check against a user and a client address, and start
+-- or extend their back-off (exponential, capped) once the failures pass the threshold.
+--
+-- KEYS[1] user failures     hash {n = failures in the window, until = back-off end (ms)}
+-- KEYS[2] address failures  hash, the same fields
+-- ARGV[1] now (unix ms)
+-- ARGV[2] failures allowed before back-off starts (>= 1)
+-- ARGV[3] first back-off (ms)
+-- ARGV[4] longest back-off (ms)
+-- ARGV[5] window (ms): counters expire this long after the last failure (or the back-off end)
+--
+-- Reply: {1, until} where until is the later back-off end of the two (ms; 0 = none yet).
+-- Status codes: 1 only; bad arguments are a script error (the caller's bug, never the user's).
+-- Example: user n = 4, address n = 0, ARGV = {1000, 5, 1000, 900000, 900000}
+--   -> user n = 5, until = 2000; address n = 1, until absent; reply {1, 2000}.
+if #KEYS ~= 2 or #ARGV ~= 5 then return redis.error_reply('auth_failure: expected 2 keys, 5 args') end
+local now, after = tonumber(ARGV[1]), tonumber(ARGV[2])
+local base, cap, window = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (now and after and base and cap and window) or after < 1 or base < 1 or cap < base or window < 1 then
+  return redis.error_reply('auth_failure: bad arguments')
+end
+local latest = 0
+for i = 1, 2 do
+  local n = redis.call('HINCRBY', KEYS[i], 'n', 1)
+  local ttl = window
+  if n >= after then
+    local wait = base * 2 ^ math.min(n - after, 40)
+    if wait > cap then wait = cap end
+    local untl = now + wait
+    redis.call('HSET', KEYS[i], 'until', string.format('%d', untl))
+    if untl > latest then latest = untl end
+    if wait > ttl then ttl = wait end
+  end
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
+return {1, string.format('%d', latest)}
