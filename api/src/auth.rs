@@ -4,8 +4,9 @@
 //! * an API key, `Bearer kvcm_<id>_<secret>`: looked up by id in the registry snapshot and checked
 //!   by its SHA-256 digest in constant time — no Argon2, so engines pay microseconds per request;
 //! * an account, `Basic base64(user:password)` or `Bearer user:password`: Argon2id-verified once,
-//!   then cached per frontend by the SHA-256 of the header value for as long as the account's
-//!   stored hash is unchanged (deleting or re-creating the account invalidates the entry).
+//!   then cached per frontend by the SHA-256 of the header value and the client address, for as
+//!   long as the account's stored hash is unchanged (deleting or re-creating the account
+//!   invalidates the entry).
 //!
 //! Each request's outcome is a [`Principal`] put into the request's extensions: handlers take it
 //! as a [`Caller`] and check the instance group of what they touch with [`Caller::authorize`].
@@ -117,7 +118,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 /// Per-frontend authentication state.
 #[derive(Debug)]
 pub struct AuthState {
-    /// Digest of a verified account header value → (user, stored hash it was checked against).
+    /// Digest of a verified account header value and client address → (user, stored hash it was
+    /// checked against).
     verified: Mutex<HashMap<[u8; 32], (String, String)>>,
     argon2: tokio::sync::Semaphore,
     keys: AuthKeys,
@@ -263,7 +265,12 @@ async fn account(
     const DENIED: &str = "unknown user or wrong password";
     let snap = state.registry.snapshot();
     let stored = snap.accounts.get(user);
-    let digest: [u8; 32] = Sha256::digest(header_value.as_bytes()).into();
+    // The cache is keyed by credentials *and* client address: a verification proves the password
+    // for that address only, so a backed-off guesser elsewhere cannot use cache hits as an
+    // oracle that bypasses the back-off.
+    let address = address.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+    let digest: [u8; 32] =
+        Sha256::new().chain_update(header_value).chain_update([0]).chain_update(&address).finalize().into();
     if let Some(acct) = stored {
         let cached = state.auth.verified.lock().unwrap_or_else(|p| p.into_inner()).get(&digest).cloned();
         if cached.is_some_and(|(u, h)| u == user && h == acct.password_hash) {
@@ -275,7 +282,6 @@ async fn account(
     if kvcm_core::registry::validate::name(state.registry.limits(), "user_name", user).is_err() {
         return Err(unauthorized(DENIED));
     }
-    let address = address.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
     if let Some(wait) = backoff(state, user, &address).await.map_err(infrastructure)? {
         return Err(retry_later(
             Http::TOO_MANY_REQUESTS,
@@ -352,15 +358,13 @@ async fn record_failure(state: &AppState, user: &str, address: &str) -> Result<(
     Ok(())
 }
 
-/// A successful login clears the user's failures and marks the address as one the user logs in
-/// from (exempt from the user's back-off for the failure window).
+/// A successful login marks the address as one the user logs in from: exempt from the user's
+/// back-off for the failure window. It does not clear the user's failures — a guesser spread over
+/// many addresses would otherwise get a fresh allowance each time the real user logs in.
 async fn record_success(state: &AppState, user: &str, address: &str) -> Result<(), Error> {
     let k = &state.auth.keys;
     let window = state.config.auth_failure_window_s;
     let _: () = redis::pipe()
-        .cmd("DEL")
-        .arg(k.user_failures(user))
-        .ignore()
         .cmd("SET")
         .arg(k.trusted_address(user, address))
         .arg(1)

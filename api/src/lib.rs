@@ -76,6 +76,10 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         admin_port: admin_addr.port(),
     };
     let metrics = Metrics::new(config.access_log, config.max_instance_metric_labels);
+    metrics
+        .registry
+        .register(Box::new(metrics::RegistryCollector::new(registry.clone())))
+        .context("registering registry metrics")?;
     let events = if config.event_log_path.is_empty() {
         None
     } else {
@@ -255,16 +259,18 @@ impl Server {
 async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis(state.config.registry_refresh_ms);
     let mut failing = false;
+    let mut pruned_at = state.registry.snapshot().version;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let before = state.registry.snapshot().version;
         let result = state.registry.refresh().await;
+        // Pruned whenever the snapshot moved, by this refresh or by a write through this frontend.
         let snap = state.registry.snapshot();
-        if snap.version != before {
+        if snap.version != pruned_at {
             state.metrics.retain_instances(|i| snap.instances.contains_key(i));
+            pruned_at = snap.version;
         }
         match result {
             Ok(_) if failing => {

@@ -246,6 +246,52 @@ impl Metrics {
     }
 }
 
+/// Exposes a registry client's Valkey traffic: `kvcm_registry_checks_total` (version GETs) and
+/// `kvcm_registry_reloads_total` (full snapshot reads). Both stay flat under floods of requests
+/// naming unknown instances, groups or API keys (see `core/src/registry`).
+pub struct RegistryCollector {
+    registry: Arc<kvcm_core::registry::Registry>,
+    descs: Vec<prometheus::core::Desc>,
+}
+
+impl RegistryCollector {
+    pub fn new(registry: Arc<kvcm_core::registry::Registry>) -> Self {
+        let desc = |name: &str, help: &str| {
+            prometheus::core::Desc::new(name.into(), help.into(), vec![], Default::default()).expect("valid metric")
+        };
+        let descs = vec![
+            desc("kvcm_registry_checks_total", "Registry version checks sent to Valkey"),
+            desc("kvcm_registry_reloads_total", "Full registry reloads sent to Valkey"),
+        ];
+        RegistryCollector { registry, descs }
+    }
+}
+
+impl prometheus::core::Collector for RegistryCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let (checks, reloads) = self.registry.stats();
+        [(&self.descs[0], checks), (&self.descs[1], reloads)]
+            .into_iter()
+            .map(|(desc, v)| {
+                let mut counter = prometheus::proto::Counter::default();
+                counter.set_value(v as f64);
+                let mut m = prometheus::proto::Metric::default();
+                m.set_counter(counter);
+                let mut family = prometheus::proto::MetricFamily::default();
+                family.set_name(desc.fq_name.clone());
+                family.set_help(desc.help.clone());
+                family.set_field_type(prometheus::proto::MetricType::COUNTER);
+                family.mut_metric().push(m);
+                family
+            })
+            .collect()
+    }
+}
+
 /// Middleware: counts and times every request by route template; writes the access log line.
 pub async fn track(plane: &'static str, metrics: Arc<Metrics>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());

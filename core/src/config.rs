@@ -446,7 +446,8 @@ mod tests {
     #[test]
     fn passwords_in_valkey_urls_are_redacted_wherever_the_url_is_printed() {
         assert_eq!(redact_url("redis://u:hunter2@h:6379/0"), "redis://u:***@h:6379/0");
-        assert_eq!(redact_url("rediss://:tok3n@h:6380"), "rediss://***@h:6380");
+        assert_eq!(redact_url("rediss://:tok3n@h:6380"), "rediss://:***@h:6380");
+        assert_eq!(redact_url("rediss://tok3n@h:6380"), "rediss://***@h:6380");
         assert_eq!(redact_url("rediss://h:6380?x=a@b"), "rediss://h:6380?x=a@b");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         let e = Config::load_from(None, &env(&[("KVCM_VALKEY_URL", "http://u:hunter2@x")])).unwrap_err().to_string();

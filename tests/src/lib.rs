@@ -170,6 +170,35 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// POSTs from a chosen local address (any 127.0.0.0/8 address reaches the server on
+    /// loopback: tests use several to stand for several clients). Returns HTTP status, parsed
+    /// body and the `Retry-After` header.
+    pub async fn post_from(
+        &self,
+        local: std::net::IpAddr,
+        base: &str,
+        rpc: &str,
+        body: String,
+        auth: Option<&str>,
+    ) -> (u16, Value, Option<String>) {
+        let client = reqwest::Client::builder().local_address(local).build().expect("client");
+        let mut req = client.post(format!("{base}/api/{rpc}")).body(body);
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.expect("HTTP request");
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(String::from);
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)), retry_after)
+    }
+
+    /// The value of one series of the admin plane's `/metrics` (name with labels, as printed), or 0.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, text) = self.get_admin("/metrics").await;
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+    }
+
     /// GETs a path on the admin plane as text.
     pub async fn get_admin(&self, path: &str) -> (u16, String) {
         let resp = self.http.get(format!("{}{path}", self.admin)).send().await.expect("HTTP request");

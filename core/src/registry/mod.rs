@@ -32,6 +32,7 @@ use crate::wire::admin::{AccountRole, InstanceGroup, StorageConfig};
 use crate::wire::{InstanceInfo, RegisterInstanceRequest, StatusCode};
 use redis::cluster_async::ClusterConnection;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -141,6 +142,9 @@ pub struct Registry {
     /// Names found missing: (kind, name) → (snapshot version, when).
     absent: Mutex<HashMap<(Kind, String), (u64, Instant)>>,
     negative_cache: Duration,
+    /// Version checks (GETs) and full reloads sent to Valkey, for metrics.
+    checks: AtomicU64,
+    reloads: AtomicU64,
 }
 
 impl std::fmt::Debug for Registry {
@@ -161,6 +165,8 @@ impl Registry {
             fresh_as_of: Mutex::new(None),
             absent: Mutex::new(HashMap::new()),
             negative_cache: options.negative_cache,
+            checks: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
         });
         reg.reload().await?;
         Ok(reg)
@@ -169,6 +175,11 @@ impl Registry {
     /// The cached snapshot (cheap: an `Arc` clone).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.cache.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Version checks and full reloads this client has sent to Valkey so far.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.checks.load(Ordering::Relaxed), self.reloads.load(Ordering::Relaxed))
     }
 
     /// The request bounds this registry validates against.
@@ -200,6 +211,7 @@ impl Registry {
             return Ok(false);
         }
         let issued = Instant::now();
+        self.checks.fetch_add(1, Ordering::Relaxed);
         let stored: Option<u64> = redis::cmd("GET").arg(&self.keys.version).query_async(&mut self.conn()).await?;
         // Re-checked under the lock: a reload that finished while we waited made this current.
         if stored.unwrap_or(0) == self.snapshot().version {
@@ -222,6 +234,7 @@ impl Registry {
     }
 
     async fn reload_locked(&self, issued: Instant) -> Result<Arc<Snapshot>> {
+        self.reloads.fetch_add(1, Ordering::Relaxed);
         let mut inv = scripts::REGISTRY_SNAPSHOT.script().prepare_invoke();
         for k in self.keys.all() {
             inv.key(k);
