@@ -1,8 +1,9 @@
 //! Authentication and authorisation (DESIGN §6, docs/security.md).
 //!
 //! **Credentials** come in the `Authorization` header:
-//! * an API key, `Bearer kvcm_<id>_<secret>`: looked up by id in the registry snapshot and checked
-//!   by its SHA-256 digest in constant time — no Argon2, so engines pay microseconds per request;
+//! * an API key, `Bearer kvcm_<id>_<secret>` (or as the password of HTTP Basic, for clients that
+//!   only do Basic): looked up by id in the registry snapshot and checked by its SHA-256 digest
+//!   in constant time — no Argon2, so engines pay microseconds per request;
 //! * an account, `Basic base64(user:password)` or `Bearer user:password`: Argon2id-verified once,
 //!   then cached per frontend by the SHA-256 of the header value and the client address, for as
 //!   long as the account's stored hash is unchanged (deleting or re-creating the account
@@ -152,6 +153,11 @@ fn presented(value: &str) -> Option<Presented> {
         return None;
     };
     let (user, password) = raw.split_once(':')?;
+    // An API key may also come as the password of HTTP Basic (any user name): clients that can
+    // only do Basic — Tair's Python connector through requests' ~/.netrc support — can use keys.
+    if kvcm_core::auth::api_key_id(password).is_some() {
+        return Some(Presented::ApiKey(password.to_string()));
+    }
     Some(Presented::Password { user: user.to_string(), password: password.to_string() })
 }
 
@@ -440,6 +446,9 @@ mod tests {
         assert_eq!(presented("bearer u:p"), pw("u", "p"));
         assert_eq!(presented("Bearer kvcm_x_y"), Some(Presented::ApiKey("kvcm_x_y".into())));
         assert_eq!(presented("Basic bm9jb2xvbg=="), None);
+        let token = format!("kvcm_{}_{}", "a".repeat(16), "b".repeat(64));
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("apikey:{token}"));
+        assert_eq!(presented(&format!("Basic {basic}")), Some(Presented::ApiKey(token)));
         assert_eq!(presented("Digest x"), None);
         assert_eq!(presented("Bearer"), None);
     }

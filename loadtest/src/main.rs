@@ -16,6 +16,8 @@ use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod auth;
+
 #[derive(Parser)]
 #[command(about = "kvcm benchmarks against a real Valkey cluster")]
 struct Args {
@@ -76,6 +78,16 @@ enum Cmd {
         concurrency: usize,
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+    },
+    /// What authentication costs: 128-block prefix reads through HTTP with meta auth off, with an
+    /// engine API key and with an engine account, in alternating rounds (DESIGN §7: ≤ 5%).
+    Auth {
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Serial prefix-match latency through a real HTTP frontend (p50 / p99).
     Latency {
@@ -227,6 +239,7 @@ async fn serve(
     valkey: &str,
     ns: &str,
     max_keys: usize,
+    tweak: impl FnOnce(&mut kvcm_core::config::Config),
 ) -> Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>)> {
     let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
     config.meta_port = 0;
@@ -236,6 +249,7 @@ async fn serve(
     config.max_keys_per_request = max_keys.max(1);
     config.max_body_bytes = 64 << 20;
     config.log_level = "warn".into();
+    tweak(&mut config);
     let server = kvcm_api::build(config).await?;
     let addr = server.meta_addr;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -430,10 +444,11 @@ async fn main() -> Result<()> {
             );
             b.cleanup().await?;
         }
+        Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
         Cmd::Throughput { concurrency, seconds } => {
             let b = Arc::new(Bench::new(&args.valkey, 1).await?);
             let prompts = Arc::new(b.fill(8192, 128, 1024).await?); // 1M blocks, 1,024 kept for reads
-            let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16).await?;
+            let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16, |_| {}).await?;
             let base = format!("http://{}", server);
             let dur = std::time::Duration::from_secs(seconds);
             // Direct: the data plane's read, as a frontend calls it.
@@ -540,7 +555,7 @@ async fn main() -> Result<()> {
                 let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
                 b.data.finish_write_cache(&b.instance, &w.session_id, Some(&mask)).await?;
             }
-            let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest).await?;
+            let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest, |_| {}).await?;
             let meta = format!("http://{addr}/api/getCacheLocation");
             let http = reqwest::Client::new();
             for &n in &sizes {

@@ -122,6 +122,7 @@ async fn accounts_carry_scopes_too_and_tair_shaped_accounts_get_none() {
     .await;
     let get = |id: &str| json!({"instance_id": id}).to_string();
     assert_eq!(api.post(&api.meta, "getInstanceInfo", get("ia"), Some("Bearer tair:tair-pass-1")).await.0, 403);
+    assert_eq!(base64_encode("eng:eng-pass-1"), "ZW5nOmVuZy1wYXNzLTE=");
     assert_ok(&api.post(&api.meta, "getInstanceInfo", get("ia"), Some("Basic ZW5nOmVuZy1wYXNzLTE=")).await);
     assert_eq!(api.post(&api.meta, "getInstanceInfo", get("ib"), Some("Bearer eng:eng-pass-1")).await.0, 403);
     // Admins act on every group of the meta plane.
@@ -161,6 +162,15 @@ async fn api_keys_are_shown_once_stored_as_digests_and_revocable() {
     let stored: String = dump_namespace(&api.namespace).await.values().cloned().collect();
     assert!(!stored.contains(secret), "the token is not stored in Valkey");
 
+    // Clients that only speak HTTP Basic (Tair's Python connector, through ~/.netrc) send the
+    // key as the password.
+    let basic = format!("Basic {}", base64_encode(&format!("apikey:{token}")));
+    let get_ia = json!({"instance_id": "ia"}).to_string();
+    assert_ok(&api.post(&api.meta, "getInstanceInfo", get_ia.clone(), Some(&basic)).await);
+    assert_eq!(
+        api.post(&api.meta, "getInstanceInfo", json!({"instance_id": "ib"}).to_string(), Some(&basic)).await.0,
+        403
+    );
     // A second frontend knows the new key at once (it refreshes on an unknown key id).
     let other = Api::start_with(&api.namespace, &[("KVCM_META_AUTH", "true"), ("KVCM_REGISTRY_REFRESH_MS", "60000")]);
     let bearer = format!("Bearer {token}");
@@ -535,4 +545,22 @@ async fn metric_series_of_a_removed_instance_are_dropped() {
     })
     .await;
     assert!(gone.is_some(), "the removed instance's series are still exported");
+}
+
+/// Standard base64 (RFC 4648, with padding), enough for HTTP Basic in tests.
+fn base64_encode(s: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
