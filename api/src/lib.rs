@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 
 /// A built, bound, not yet serving frontend.
 pub struct Server {
@@ -177,17 +176,17 @@ fn hostname() -> String {
 }
 
 /// Wraps a plane's router with the layers both planes share: metrics and access log, panic
-/// catching, request deadline, body limit and a JSON 404 for unknown RPCs.
+/// catching, request deadline, body limit, and JSON replies for unknown RPCs and wrong methods.
+/// Every response kvcm produces — also 404, 405, 408 and 500 — carries the Tair header shape.
 pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState) -> Router {
     let metrics = state.metrics.clone();
+    let deadline = Duration::from_millis(state.config.request_timeout_ms);
     router
         .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            Http::REQUEST_TIMEOUT,
-            Duration::from_millis(state.config.request_timeout_ms),
-        ))
-        .layer(CatchPanicLayer::new())
+        .layer(from_fn(move |req, next| within_deadline(deadline, req, next)))
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
 }
 
@@ -196,6 +195,41 @@ async fn unknown_route(uri: Uri) -> Response {
         Http::NOT_FOUND,
         StatusCode::UNSUPPORTED,
         format!("unknown route {}: RPCs are POST /api/<rpcName>", uri.path()),
+    )
+}
+
+async fn wrong_method(method: axum::http::Method, uri: Uri) -> Response {
+    error_response(
+        Http::METHOD_NOT_ALLOWED,
+        StatusCode::UNSUPPORTED,
+        format!("{method} is not served on {}: RPCs are POST /api/<rpcName>", uri.path()),
+    )
+}
+
+/// HTTP 408 when a request takes longer than `request_timeout_ms` (its future is dropped).
+async fn within_deadline(deadline: Duration, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::time::timeout(deadline, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => error_response(
+            Http::REQUEST_TIMEOUT,
+            StatusCode::SERVICE_NOT_READY,
+            "the request did not finish within request_timeout_ms; retry".into(),
+        ),
+    }
+}
+
+/// A panic in a handler is a bug: logged, and answered like any internal error.
+fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    tracing::error!(panic = %what, "a request handler panicked");
+    error_response(
+        Http::INTERNAL_SERVER_ERROR,
+        StatusCode::INTERNAL_ERROR,
+        "internal error; see the kvcm-api log".into(),
     )
 }
 

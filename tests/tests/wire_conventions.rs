@@ -61,6 +61,21 @@ async fn enums_as_numbers_int64_as_strings_and_unknown_fields_are_accepted() {
 }
 
 #[tokio::test]
+async fn a_request_past_its_deadline_gets_a_json_408() {
+    // A deadline far shorter than an Argon2 password check (tens of milliseconds).
+    let env = [
+        ("KVCM_REQUEST_TIMEOUT_MS", "2"),
+        ("KVCM_BOOTSTRAP_ADMIN_USER", "root"),
+        ("KVCM_BOOTSTRAP_ADMIN_PASSWORD", "root-pass-1"),
+    ];
+    let api = Api::start_with(&unique("ns"), &env);
+    let (status, reply) = api.post(&api.admin, "checkHealth", "{}".into(), Some("Bearer root:root-pass-1")).await;
+    assert_eq!(status, 408, "{reply}");
+    assert_eq!(code(&reply), "SERVICE_NOT_READY", "{reply}");
+    assert!(message(&reply).contains("request_timeout_ms"));
+}
+
+#[tokio::test]
 async fn every_reply_has_a_header_with_a_request_id() {
     let api = Api::start();
     let (_, a) = api.admin("listStorage", json!({})).await;
@@ -76,8 +91,11 @@ async fn unknown_routes_get_a_json_404_and_wrong_methods_405() {
     let (status, reply) = api.admin("noSuchRpc", json!({})).await;
     assert_eq!(status, 404);
     assert_eq!(code(&reply), "UNSUPPORTED");
-    let (status, _) = api.get_admin("/api/addStorage").await;
+    let (status, text) = api.get_admin("/api/addStorage").await;
     assert_eq!(status, 405);
+    let reply: serde_json::Value = serde_json::from_str(&text).expect("a 405 is JSON with a header");
+    assert_eq!(code(&reply), "UNSUPPORTED", "{reply}");
+    assert!(!reply["header"]["request_id"].as_str().unwrap().is_empty());
     // The data plane RPCs are not on the admin listener and admin RPCs are not on the meta one.
     let (status, _) = api.meta("addStorage", json!({})).await;
     assert_eq!(status, 404);
