@@ -34,6 +34,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for WireJson<T> {
                 return Err(error_response(status, StatusCode::INVALID_ARGUMENT, msg));
             }
         };
+        // A message is a JSON object. (serde would also read an array positionally into a
+        // struct, which no protobuf JSON client sends and nobody should rely on.)
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(error_response(
+                Http::BAD_REQUEST,
+                StatusCode::INVALID_ARGUMENT,
+                "request body is not valid JSON for this RPC: it must be a JSON object ({…})".into(),
+            ));
+        }
         match serde_json::from_slice::<T>(&bytes) {
             Ok(v) => Ok(WireJson(v)),
             Err(e) => Err(error_response(

@@ -397,7 +397,8 @@ pub fn registration(limits: &Limits, req: &RegisterInstanceRequest) -> Result<In
             return Err(Error::invalid(format!("location_spec_infos \"{}\" size must be > 0 bytes", s.name)));
         }
     }
-    let total: i64 = req.location_spec_infos.iter().map(|s| s.size).sum();
+    // Saturating: sizes are i64 from the wire, and two huge ones must not overflow the sum.
+    let total: i64 = req.location_spec_infos.iter().fold(0i64, |acc, s| acc.saturating_add(s.size));
     if total > u32::MAX as i64 {
         return Err(Error::invalid(format!(
             "location_spec_infos sum to {total} bytes per block; at most 4 GiB are supported"
@@ -534,6 +535,12 @@ mod tests {
         let mut r = ok.clone();
         r.model_deployment.as_mut().unwrap().extra = "x".repeat(l.max_string_bytes + 1);
         assert!(registration(&l, &r).unwrap_err().to_string().contains("model_deployment.extra"));
+        let mut r = ok.clone();
+        r.location_spec_infos = vec![
+            crate::wire::LocationSpecInfo { name: "a".into(), size: i64::MAX },
+            crate::wire::LocationSpecInfo { name: "b".into(), size: i64::MAX },
+        ];
+        assert!(registration(&l, &r).unwrap_err().to_string().contains("at most 4 GiB"));
         let mut r = ok;
         r.block_size = MAX_BLOCK_SIZE + 1;
         assert!(registration(&l, &r).unwrap_err().to_string().contains("block_size"));

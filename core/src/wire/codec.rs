@@ -11,6 +11,9 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serializer};
 use std::fmt;
 
+/// The largest integer an f64 holds exactly (2^53).
+const MAX_EXACT_F64: f64 = 9_007_199_254_740_992.0;
+
 /// Parses an i64 written either as a JSON number or as a decimal string.
 struct I64Visitor;
 
@@ -26,8 +29,15 @@ impl Visitor<'_> for I64Visitor {
         i64::try_from(v).map_err(|_| E::custom(format!("{v} does not fit a signed 64-bit integer")))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
-        if v.fract() == 0.0 && v >= i64::MIN as f64 && v <= i64::MAX as f64 {
+        // A JSON number written with a fraction or exponent arrives as f64. Only values an f64
+        // holds exactly are accepted: beyond 2^53 it has already been rounded (a block key
+        // would silently change), and at ±2^63 it has been clamped.
+        if v.fract() == 0.0 && v.abs() <= MAX_EXACT_F64 {
             Ok(v as i64)
+        } else if v.fract() == 0.0 {
+            Err(E::custom(format!(
+                "{v} is too large to be exact as a number with a fraction or exponent; send it as a string"
+            )))
         } else {
             Err(E::custom(format!("{v} is not an integer")))
         }
@@ -74,10 +84,11 @@ pub mod uint64 {
             Ok(v)
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
-            if v.fract() == 0.0 && v >= 0.0 && v <= u64::MAX as f64 {
+            // As for i64: only what an f64 holds exactly.
+            if v.fract() == 0.0 && (0.0..=MAX_EXACT_F64).contains(&v) {
                 Ok(v as u64)
             } else {
-                Err(E::custom(format!("{v} is not a non-negative integer")))
+                Err(E::custom(format!("{v} is not an exact non-negative integer; send it as a string")))
             }
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
@@ -253,6 +264,12 @@ mod tests {
         assert!(e.contains("\"x\" is not a 64-bit integer"), "{e}");
         let e = serde_json::from_str::<T>(r#"{"a":18446744073709551615}"#).unwrap_err().to_string();
         assert!(e.contains("does not fit"), "{e}");
+        // Floats: exact integers only (no silent rounding or clamping).
+        assert_eq!(serde_json::from_str::<T>(r#"{"a":4.0e3}"#).unwrap().a, 4000);
+        for inexact in ["-9223372036854775809", "9007199254740993.0", "1e19", "-1e300"] {
+            let e = serde_json::from_str::<T>(&format!(r#"{{"a":{inexact}}}"#)).unwrap_err().to_string();
+            assert!(e.contains("too large to be exact"), "{inexact}: {e}");
+        }
     }
 
     crate::wire_enum! {
