@@ -23,6 +23,11 @@ test: deps lint
 deps:
 	@infra/deps.sh
 
+## openapi: regenerate docs/openapi/{meta,admin}.json from the code (commit the result)
+.PHONY: openapi
+openapi:
+	KVCM_UPDATE_OPENAPI=1 cargo test -p kvcm-api --lib openapi::tests::checked_in -- --quiet
+
 build:
 	cargo build --workspace --bins
 

@@ -1,30 +1,22 @@
 #!/usr/bin/env bash
-# Installs the Python tools of kvcm's tests (infra/requirements-test.txt: Schemathesis for the
-# API fuzzer, redis-py for its Valkey checks) into the project-local virtualenv .kvcm/venv, if
-# they are missing or the requirements changed. Idempotent; prints the venv's bin directory.
+# Installs the Python tools of kvcm's fuzzer (infra/requirements-test.txt: Schemathesis, and
+# redis-py for its Valkey checks) with `pip --target` into .kvcm/tools/fuzz-python, if they are
+# missing or the requirements changed (no virtualenv: a clean Debian may lack python3-venv).
+# Idempotent; prints the directory to put on PYTHONPATH.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-VENV="$KVCM_HOME/venv"
+DIR="$KVCM_HOME/tools/fuzz-python"
 REQ="$KVCM_ROOT/infra/requirements-test.txt"
-STAMP="$VENV/.requirements"
-if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && cmp -s "$REQ" "$STAMP"; then
-  echo "$VENV/bin"
+if cmp -s "$REQ" "$DIR/.requirements" 2>/dev/null && PYTHONPATH="$DIR" python3 -c "import schemathesis, redis" 2>/dev/null; then
+  echo "$DIR"
   exit 0
 fi
-command -v python3 >/dev/null || die "python3 is required for the test tools (apt-get install python3)"
-if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    log "installing python3-venv"
-    apt-get install -y -q python3-venv >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-venv >/dev/null 2>&1) \
-      || die "could not install python3-venv"
-  else
-    die "python3 cannot create virtualenvs: install python3-venv"
-  fi
-fi
-log "installing the Python test tools into $VENV"
-rm -rf "$VENV"
-python3 -m venv "$VENV" || die "could not create $VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ" \
+command -v python3 >/dev/null || die "python3 is required for the fuzzer (apt-get install python3)"
+python3 -m pip --version >/dev/null 2>&1 || die "pip is required for the fuzzer (apt-get install python3-pip)"
+log "installing the fuzzer's Python tools into $DIR"
+rm -rf "$DIR.tmp"
+python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --target "$DIR.tmp" -r "$REQ" \
   || die "pip could not install $REQ"
-cp "$REQ" "$STAMP"
-echo "$VENV/bin"
+cp "$REQ" "$DIR.tmp/.requirements"
+rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
+echo "$DIR"

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod event_log;
 pub mod meta;
 pub mod metrics;
+pub mod openapi;
 pub mod reply;
 pub mod state;
 

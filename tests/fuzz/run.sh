@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-VENV_BIN="$("$KVCM_ROOT/infra/install-python-tools.sh")"
+PY_TOOLS="$("$KVCM_ROOT/infra/install-python-tools.sh")"
 API_BIN="$KVCM_ROOT/target/debug/kvcm-api"
 [ -x "$API_BIN" ] || die "$API_BIN is missing: run cargo build --bins first"
 OUT="$KVCM_HOME/fuzz"
@@ -69,12 +69,12 @@ rpc registerInstance '{"instance_group": "fz", "instance_id": "fz-inst", "block_
   "location_spec_infos": [{"name": "tp0", "size": 64}, {"name": "tp1", "size": 64}],
   "model_deployment": {"model_name": "m", "dtype": "bf16"}}' >/dev/null
 token="$(rpc createApiKey '{"name": "fuzz", "role": "ROLE_USER", "instance_groups": ["fz"]}' \
-  | "$VENV_BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')"
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')"
 
 export KVCM_FUZZ_META="$meta" KVCM_FUZZ_ADMIN="$admin" KVCM_FUZZ_NAMESPACE="$ns"
 export KVCM_FUZZ_VALKEY="${KVCM_TEST_VALKEY_URL%%,*}" KVCM_FUZZ_COUNT="$OUT/$ns.count"
 export KVCM_FUZZ_META_AUTH="Bearer $token" KVCM_FUZZ_ADMIN_AUTH="$admin_auth"
-export PYTHONPATH="$KVCM_ROOT/tests/fuzz" SCHEMATHESIS_HOOKS=schemathesis_hooks
+export PYTHONPATH="$KVCM_ROOT/tests/fuzz:$PY_TOOLS" SCHEMATHESIS_HOOKS=schemathesis_hooks
 : >"$KVCM_FUZZ_COUNT"
 
 status=0
@@ -85,13 +85,14 @@ for plane in meta admin; do
   base="$meta"; auth="$KVCM_FUZZ_META_AUTH"
   [ "$plane" = admin ] && { base="$admin"; auth="$admin_auth"; }
   log "fuzzing the $plane plane ($examples cases per operation)"
-  "$VENV_BIN/schemathesis" run "$base/openapi.json" --url "$base" -H "Authorization: $auth" \
+  python3 -c 'import sys; from schemathesis.cli import schemathesis; sys.argv[0] = "schemathesis"; sys.exit(schemathesis())' \
+    run "$base/openapi.json" --url "$base" -H "Authorization: $auth" \
     --checks "$checks" --max-examples "$examples" --workers 1 --phases examples,coverage,fuzzing \
     --generation-database none --suppress-health-check all --request-timeout 30 --no-color \
     --report junit --report-junit-path "$OUT/$ns-$plane.junit.xml" >"$OUT/$ns-$plane.txt" 2>&1 || status=1
   tail -n 25 "$OUT/$ns-$plane.txt" >&2
 done
-"$VENV_BIN/python" "$KVCM_ROOT/tests/fuzz/hostile.py" --rounds "$rounds" >&2 || status=1
+python3 "$KVCM_ROOT/tests/fuzz/hostile.py" --rounds "$rounds" >&2 || status=1
 
 total=$(awk '{ s += $1 } END { print s + 0 }' "$KVCM_FUZZ_COUNT")
 if grep -qE "panicked|a request handler panicked" "$log_file"; then

@@ -1,7 +1,8 @@
 //! The admin plane (operators; default port 6492): every RPC of DESIGN §2.4 under
-//! `POST /api/<rpc>`, plus `GET /metrics` (Prometheus text) and `GET /api/healthy`.
-//! Guarded by [`crate::auth::admin_guard`] (except the two GET routes, which load balancers and
-//! scrapers call without credentials).
+//! `POST /api/<rpc>`, plus `GET /metrics` (Prometheus text), `GET /api/healthy` and
+//! `GET /openapi.json`, the plane's OpenAPI description (see [`crate::openapi`]).
+//! Guarded by [`crate::auth::admin_guard`] (except the GET routes, which load balancers,
+//! scrapers and client generators call without credentials).
 
 mod account;
 mod cluster;
@@ -9,49 +10,56 @@ mod group;
 mod instance;
 mod storage;
 
+use crate::openapi::{Plane, Rpcs};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode as Http;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post};
+use axum::routing::get;
+
+/// The plane's RPCs, one line each: the line serves `POST /api/<rpc>` and describes it in the
+/// plane's OpenAPI description (request and reply types come from the handler).
+pub fn rpcs() -> Rpcs {
+    use crate::meta::cache;
+    Rpcs::new(Plane::Admin)
+        .rpc("addStorage", storage::add, "Add a storage backend")
+        .rpc("updateStorage", storage::update, "Change a storage backend's configuration")
+        .rpc("enableStorage", storage::enable, "Let new blocks be written to a storage")
+        .rpc("disableStorage", storage::disable, "Stop writing new blocks to a storage")
+        .rpc("removeStorage", storage::remove, "Remove a storage no group uses and no block is on")
+        .rpc("listStorage", storage::list, "Every storage backend")
+        .rpc("createInstanceGroup", group::create, "Create an instance group (storages, quota, eviction)")
+        .rpc("updateInstanceGroup", group::update, "Replace a group; optimistic on `current_version`")
+        .rpc("removeInstanceGroup", group::remove, "Remove an instance group without instances")
+        .rpc("getInstanceGroup", group::get, "One instance group")
+        .rpc("listInstanceGroup", group::list, "Every instance group")
+        .rpc("registerInstance", instance::register, "Register an engine instance (idempotent)")
+        .rpc("removeInstance", instance::remove, "Remove an instance and all its blocks")
+        .rpc("getInstanceInfo", instance::get, "One instance's registration")
+        .rpc("listInstanceInfo", instance::list, "The instances of a group")
+        .rpc("getCacheMeta", cache::get_cache_meta, "Blocks' locations and states, for debugging")
+        .rpc("removeCache", cache::remove_cache, "Remove blocks (deleted in the background)")
+        .rpc("addAccount", account::add, "Add an account (admin or user)")
+        .rpc("deleteAccount", account::delete, "Delete an account")
+        .rpc("listAccount", account::list, "Every account (names, roles and instance-group scopes)")
+        .rpc("createApiKey", account::create_api_key, "kvcm: create an API key; its token is shown once")
+        .rpc("listApiKeys", account::list_api_keys, "kvcm: every API key (never its token)")
+        .rpc("revokeApiKey", account::revoke_api_key, "kvcm: revoke an API key")
+        .rpc("getMetrics", cluster::get_metrics, "This frontend's metrics as MetricsData")
+        .rpc("checkHealth", cluster::check_health, "Whether Valkey is reachable")
+        .rpc("getManagerClusterInfo", cluster::cluster_info, "This frontend as the cluster's (only) leader")
+        .rpc("leaderDemote", cluster::leader_demote, "UNSUPPORTED: kvcm has no leader")
+        .rpc("getLeaderElectorConfig", cluster::get_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
+        .rpc("updateLeaderElectorConfig", cluster::update_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
+}
 
 pub fn router(state: AppState) -> Router {
-    let rpcs = Router::new()
-        .route("/api/addStorage", post(storage::add))
-        .route("/api/updateStorage", post(storage::update))
-        .route("/api/enableStorage", post(storage::enable))
-        .route("/api/disableStorage", post(storage::disable))
-        .route("/api/removeStorage", post(storage::remove))
-        .route("/api/listStorage", post(storage::list))
-        .route("/api/createInstanceGroup", post(group::create))
-        .route("/api/updateInstanceGroup", post(group::update))
-        .route("/api/removeInstanceGroup", post(group::remove))
-        .route("/api/getInstanceGroup", post(group::get))
-        .route("/api/listInstanceGroup", post(group::list))
-        .route("/api/registerInstance", post(instance::register))
-        .route("/api/removeInstance", post(instance::remove))
-        .route("/api/getInstanceInfo", post(instance::get))
-        .route("/api/listInstanceInfo", post(instance::list))
-        .route("/api/getCacheMeta", post(crate::meta::cache::get_cache_meta))
-        .route("/api/removeCache", post(crate::meta::cache::remove_cache))
-        .route("/api/addAccount", post(account::add))
-        .route("/api/deleteAccount", post(account::delete))
-        .route("/api/listAccount", post(account::list))
-        .route("/api/createApiKey", post(account::create_api_key))
-        .route("/api/listApiKeys", post(account::list_api_keys))
-        .route("/api/revokeApiKey", post(account::revoke_api_key))
-        .route("/api/getMetrics", post(cluster::get_metrics))
-        .route("/api/checkHealth", post(cluster::check_health))
-        .route("/api/getManagerClusterInfo", post(cluster::cluster_info))
-        .route("/api/leaderDemote", post(cluster::leader_demote))
-        .route("/api/getLeaderElectorConfig", post(cluster::get_leader_elector_config))
-        .route("/api/updateLeaderElectorConfig", post(cluster::update_leader_elector_config))
-        .route_layer(from_fn_with_state(state.clone(), crate::auth::admin_guard));
-    Router::new()
-        .merge(rpcs)
+    let (rpcs, openapi) = rpcs().into_routes();
+    rpcs.route_layer(from_fn_with_state(state.clone(), crate::auth::admin_guard))
         .route("/metrics", get(prometheus_text))
         .route("/api/healthy", get(crate::healthy))
+        .route("/openapi.json", openapi)
         .with_state(state)
 }
 

@@ -1,25 +1,34 @@
 //! The meta plane (engines; default port 6382): the Tair KVCM `MetaService` RPCs under
-//! `POST /api/<rpc>`, plus `GET /api/healthy` for load balancers.
+//! `POST /api/<rpc>`, plus `GET /api/healthy` for load balancers and `GET /openapi.json`, the
+//! plane's OpenAPI description (see [`crate::openapi`]).
 
 pub mod cache;
 pub mod instance;
 
+use crate::openapi::{Plane, Rpcs};
 use crate::state::AppState;
 use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post};
+use axum::routing::get;
+
+/// The plane's RPCs, one line each: the line serves `POST /api/<rpc>` and describes it in the
+/// plane's OpenAPI description (request and reply types come from the handler).
+pub fn rpcs() -> Rpcs {
+    Rpcs::new(Plane::Meta)
+        .rpc("registerInstance", instance::register, "Register an engine instance (idempotent)")
+        .rpc("getInstanceInfo", instance::get, "An instance's registration and group")
+        .rpc("getCacheLocation", cache::get_cache_location, "Where blocks are stored: prefix, batch or window")
+        .rpc("getCacheMeta", cache::get_cache_meta, "Blocks' locations and states, for debugging")
+        .rpc("startWriteCache", cache::start_write_cache, "Phase 1 of a write: where to write new blocks")
+        .rpc("finishWriteCache", cache::finish_write_cache, "Phase 2 of a write: which blocks were written")
+        .rpc("removeCache", cache::remove_cache, "Remove blocks (deleted in the background)")
+        .rpc("trimCache", cache::trim_cache, "Remove all, or a time range of, an instance's blocks")
+}
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/api/registerInstance", post(instance::register))
-        .route("/api/getInstanceInfo", post(instance::get))
-        .route("/api/getCacheLocation", post(cache::get_cache_location))
-        .route("/api/getCacheMeta", post(cache::get_cache_meta))
-        .route("/api/startWriteCache", post(cache::start_write_cache))
-        .route("/api/finishWriteCache", post(cache::finish_write_cache))
-        .route("/api/removeCache", post(cache::remove_cache))
-        .route("/api/trimCache", post(cache::trim_cache))
-        .route_layer(from_fn_with_state(state.clone(), crate::auth::meta_guard))
+    let (rpcs, openapi) = rpcs().into_routes();
+    rpcs.route_layer(from_fn_with_state(state.clone(), crate::auth::meta_guard))
         .route("/api/healthy", get(crate::healthy))
+        .route("/openapi.json", openapi)
         .with_state(state)
 }

@@ -5,24 +5,25 @@
 //! (`global_quota_group_name`, `data_storage_strategy`, `meta_indexer_config`, …) survive a
 //! round trip unchanged.
 
-use super::codec::{int64, null_default, uint64};
+use super::codec::{Int64, UInt64, int64, null_default, uint64};
 use super::common::{InstanceInfo, StorageType};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct LocalStorageSpec {
     pub path: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct NfsStorageSpec {
     pub root_path: String,
     pub key_count_per_file: i32,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct ThreeFsStorageSpec {
     pub cluster_name: String,
@@ -32,7 +33,7 @@ pub struct ThreeFsStorageSpec {
     pub touch_file_when_create: bool,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct VcnsThreeFsStorageSpec {
     pub cluster_name: String,
@@ -45,7 +46,7 @@ pub struct VcnsThreeFsStorageSpec {
     pub meta_storage_uri: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct MooncakeStorageSpec {
     pub local_hostname: String,
@@ -55,7 +56,7 @@ pub struct MooncakeStorageSpec {
     pub master_service_entry: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct TairMemPoolStorageSpec {
     pub domain: String,
@@ -64,7 +65,7 @@ pub struct TairMemPoolStorageSpec {
 }
 
 /// `StorageConfig`: a name plus exactly one spec (a protobuf oneof: unset members are omitted).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct StorageConfig {
     pub global_unique_name: String,
@@ -84,10 +85,12 @@ pub struct StorageConfig {
     /// kvcm extension (Tair keeps this internal): false after `disableStorage`.
     /// Ignored on input; the registry owns it.
     #[serde(default = "yes")]
+    #[schema(read_only, default = true)]
     pub is_available: bool,
     /// kvcm extension: false while the storage fails the workers' health checks.
     /// Ignored on input.
     #[serde(default = "yes")]
+    #[schema(read_only, default = true)]
     pub is_healthy: bool,
 }
 
@@ -146,32 +149,36 @@ crate::wire_enum! {
     pub enum AccountRole { ROLE_USER = 0, ROLE_ADMIN = 1 }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct TriggerStrategy {
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub used_size: i64,
     pub used_percentage: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct QuotaConfig {
     pub storage_type: StorageType,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub capacity: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct InstanceGroupQuota {
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub capacity: i64,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub quota_config: Vec<QuotaConfig>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct CacheReclaimStrategy {
     pub storage_unique_name: String,
@@ -183,33 +190,37 @@ pub struct CacheReclaimStrategy {
     pub delay_before_delete_ms: i32,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct CacheConfig {
     pub reclaim_strategy: CacheReclaimStrategy,
     pub data_storage_strategy: CachePreferStrategy,
     /// Tair's meta indexer tuning; kvcm keeps its metadata in Valkey and echoes this back.
     #[serde(deserialize_with = "null_default")]
+    #[schema(value_type = Option<Object>)]
     pub meta_indexer_config: serde_json::Map<String, serde_json::Value>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct InstanceGroup {
     pub name: String,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub storage_candidates: Vec<String>,
     pub global_quota_group_name: String,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub max_instance_count: i64,
     pub quota: InstanceGroupQuota,
     pub cache_config: CacheConfig,
     pub user_data: String,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub version: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct Account {
     pub user_name: String,
@@ -219,9 +230,10 @@ pub struct Account {
 }
 
 /// kvcm extension: an API key as listed (never its token).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct ApiKey {
+    /// The key's public id (16 hex digits), also the part after `kvcm_` of its token.
     pub key_id: String,
     pub name: String,
     pub role: AccountRole,
@@ -229,19 +241,20 @@ pub struct ApiKey {
     pub instance_groups: Vec<String>,
     /// Creation time, unix milliseconds.
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub create_time_ms: i64,
 }
 
 // ---- requests ----
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct AddStorageRequest {
     pub trace_id: String,
     pub storage: Option<StorageConfig>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct UpdateStorageRequest {
     pub trace_id: String,
@@ -250,38 +263,39 @@ pub struct UpdateStorageRequest {
 }
 
 /// enableStorage / disableStorage / removeStorage.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct StorageNameRequest {
     pub trace_id: String,
     pub storage_unique_name: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CreateInstanceGroupRequest {
     pub trace_id: String,
     pub instance_group: Option<InstanceGroup>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct UpdateInstanceGroupRequest {
     pub trace_id: String,
     pub instance_group: Option<InstanceGroup>,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub current_version: i64,
 }
 
 /// removeInstanceGroup / getInstanceGroup.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GroupNameRequest {
     pub trace_id: String,
     pub name: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct RemoveInstanceRequest {
     pub trace_id: String,
@@ -289,14 +303,14 @@ pub struct RemoveInstanceRequest {
     pub instance_id: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListInstanceInfoRequest {
     pub trace_id: String,
     pub instance_group_name: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct AddAccountRequest {
     pub trace_id: String,
@@ -306,137 +320,145 @@ pub struct AddAccountRequest {
     /// kvcm extension: instance groups a ROLE_USER account may act on (`*` = all). Tair's
     /// requests omit it: such an account may act on no instance group until re-created.
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub instance_groups: Vec<String>,
 }
 
 /// kvcm extension: `createApiKey`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CreateApiKeyRequest {
     pub trace_id: String,
     /// What the key is for (e.g. the engine fleet using it); shown by listApiKeys.
     pub name: String,
     pub role: AccountRole,
+    /// The instance groups a ROLE_USER key may act on (`*` = all); none for ROLE_ADMIN.
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub instance_groups: Vec<String>,
 }
 
 /// kvcm extension: `revokeApiKey`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct RevokeApiKeyRequest {
     pub trace_id: String,
     pub key_id: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct DeleteAccountRequest {
     pub trace_id: String,
     pub user_name: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct UpdateLeaderElectorConfigRequest {
     pub trace_id: String,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub campaign_delay_time_ms: i64,
 }
 
 // ---- responses (header added by the API layer) ----
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListStorageResponse {
     pub storage: Vec<StorageConfig>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetInstanceGroupResponse {
     pub instance_group: InstanceGroup,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListInstanceGroupResponse {
     pub instance_group: Vec<InstanceGroup>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct AdminGetInstanceInfoResponse {
     pub instance_info: InstanceInfo,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListInstanceInfoResponse {
     pub instance_info: Vec<InstanceInfo>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListAccountResponse {
     pub accounts: Vec<Account>,
 }
 
 /// kvcm extension: the new key, with its token — shown this once, never again.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CreateApiKeyResponse {
+    /// `kvcm_<key id>_<secret>`: send it as `Authorization: Bearer <token>`. Not stored.
     pub token: String,
     pub api_key: ApiKey,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ListApiKeysResponse {
     pub api_keys: Vec<ApiKey>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MetricValue {
+    #[schema(value_type = Int64)]
     IntValue(#[serde(with = "int64")] i64),
     FloatValue(f64),
     StringValue(String),
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct MetricsTag {
     pub tag_key: String,
     pub tag_value: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct MetricsData {
     pub metric_name: String,
     pub metric_value: MetricValue,
     pub metric_tags: Vec<MetricsTag>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetMetricsResponse {
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub timestamp: i64,
     pub metrics: Vec<MetricsData>,
     pub extra_data: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CheckHealthResponse {
     pub is_leader: bool,
     pub is_health: bool,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub elector_last_loop_time_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct NodeEndpoint {
     pub node_id: String,
@@ -448,21 +470,24 @@ pub struct NodeEndpoint {
     pub custom_info: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetManagerClusterInfoResponse {
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub info_updated_time: i64,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub self_leader_expiration_time: i64,
     pub self_node_id: String,
     pub leader_node_id: String,
     pub leader_endpoint: NodeEndpoint,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetLeaderElectorConfigResponse {
     #[serde(with = "uint64")]
+    #[schema(value_type = UInt64)]
     pub campaign_delay_time_ms: u64,
 }

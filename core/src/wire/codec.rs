@@ -6,10 +6,23 @@
 //!
 //! Deserializers fail with a message that names what was expected; the API turns these into
 //! `INVALID_ARGUMENT` (or HTTP 400 when the body is not JSON at all).
+//!
+//! Each convention also has its OpenAPI schema here, next to the code that implements it, so
+//! the description (`api/src/openapi.rs`) says what these functions really accept and write:
+//! [`Int64`] and [`UInt64`] for the 64-bit fields (`#[schema(value_type = Int64)]`), and
+//! [`enum_schema`], which [`wire_enum!`] implements `ToSchema` with for every enum.
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+/// Re-exported for [`wire_enum!`], whose expansions live in other modules and crates.
+#[doc(hidden)]
+pub use utoipa as __utoipa;
 
 /// The largest integer an f64 holds exactly (2^53).
 const MAX_EXACT_F64: f64 = 9_007_199_254_740_992.0;
@@ -168,8 +181,147 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+// ---- OpenAPI schemas of the conventions ----
+
+/// The OpenAPI schema of `#[serde(with = "int64")]` fields (and, as `Vec<Int64>`, of
+/// `int64_vec` ones): a JSON integer in the signed 64-bit range, or a decimal string that
+/// [`int64`] parses, or `null` (read as 0). Responses always carry the string form.
+#[derive(Debug)]
+pub struct Int64;
+
+/// The OpenAPI schema of `#[serde(with = "uint64")]` fields, like [`Int64`] for `u64`.
+#[derive(Debug)]
+pub struct UInt64;
+
+impl PartialSchema for Int64 {
+    fn schema() -> RefOr<Schema> {
+        integer_or_string(
+            "A signed 64-bit integer. Responses write it as a decimal string (`\"-42\"`), as protobuf JSON does; \
+             requests may send a JSON number or a decimal string (sign and leading zeros allowed; surrounding \
+             whitespace is ignored). `null` reads as 0.",
+            SchemaFormat::KnownFormat(KnownFormat::Int64),
+            (i64::MIN as isize, i64::MAX as usize),
+            int64_pattern(),
+        )
+    }
+}
+
+impl ToSchema for Int64 {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Int64")
+    }
+}
+
+impl PartialSchema for UInt64 {
+    fn schema() -> RefOr<Schema> {
+        integer_or_string(
+            "A non-negative 64-bit integer. Responses write it as a decimal string (`\"42\"`), as protobuf JSON \
+             does; requests may send a JSON number or a decimal string (leading `+` and zeros allowed; surrounding \
+             whitespace is ignored). `null` reads as 0.",
+            SchemaFormat::Custom("uint64".into()),
+            (0, u64::MAX as usize),
+            uint64_pattern(),
+        )
+    }
+}
+
+impl ToSchema for UInt64 {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("UInt64")
+    }
+}
+
+/// The decimal strings [`int64`] reads (without surrounding whitespace, which it trims).
+fn int64_pattern() -> String {
+    let (max, min) = (decimal_at_most(i64::MAX as u128), decimal_at_most(i64::MIN.unsigned_abs() as u128));
+    format!(r"^(?:\+?0*{max}|-0*{min})$")
+}
+
+/// The decimal strings [`uint64`] reads (without surrounding whitespace, which it trims).
+fn uint64_pattern() -> String {
+    format!(r"^\+?0*{}$", decimal_at_most(u64::MAX as u128))
+}
+
+/// One of: an integer in `min..=max`, a string matching `pattern`, `null`.
+fn integer_or_string(
+    description: &str,
+    format: SchemaFormat,
+    (min, max): (isize, usize),
+    pattern: String,
+) -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .description(Some(description))
+        .item(
+            ObjectBuilder::new()
+                .title(Some("number"))
+                .schema_type(Type::Integer)
+                .format(Some(format))
+                .minimum(Some(min))
+                .maximum(Some(max)),
+        )
+        .item(ObjectBuilder::new().title(Some("decimal string")).schema_type(Type::String).pattern(Some(pattern)))
+        .item(ObjectBuilder::new().title(Some("null")).schema_type(Type::Null))
+        .into()
+}
+
+/// An ECMA-262 regex group matching exactly the decimal numerals of `0..=max` (no sign; the
+/// caller puts `0*` before it for leading zeros): numerals with fewer digits than `max`, then,
+/// for each digit of `max`, those that agree with `max` before it and are smaller at it, then
+/// `max` itself. For `i64::MAX`: `(?:[0-9]{1,18}|[1-8][0-9]{18}|9[0-1][0-9]{17}|…|9223372036854775807)`.
+fn decimal_at_most(max: u128) -> String {
+    let digits = max.to_string();
+    let n = digits.len();
+    let mut alternatives = Vec::new();
+    if n > 1 {
+        alternatives.push(format!("[0-9]{{1,{}}}", n - 1));
+    }
+    for (i, d) in digits.bytes().enumerate() {
+        let low = if i == 0 && n > 1 { b'1' } else { b'0' };
+        if d > low {
+            let class =
+                if d - 1 == low { (low as char).to_string() } else { format!("[{}-{}]", low as char, (d - 1) as char) };
+            let rest = match n - i - 1 {
+                0 => String::new(),
+                1 => "[0-9]".to_string(),
+                k => format!("[0-9]{{{k}}}"),
+            };
+            alternatives.push(format!("{}{class}{rest}", &digits[..i]));
+        }
+    }
+    alternatives.push(digits);
+    format!("(?:{})", alternatives.join("|"))
+}
+
+/// The OpenAPI schema of a [`wire_enum!`] enum: its name, or (in requests) its number, or
+/// `null` (read as the first value). Responses always carry the name.
+#[doc(hidden)]
+pub fn enum_schema(enum_name: &str, values: &[(&str, i64)]) -> RefOr<Schema> {
+    let table = values.iter().map(|(n, v)| format!("`{n}` = {v}")).collect::<Vec<_>>().join(", ");
+    OneOfBuilder::new()
+        .description(Some(format!(
+            "A `{enum_name}`, written as its name; requests may also send its number, and `null` reads as `{}`. \
+             Values: {table}.",
+            values[0].0
+        )))
+        .item(
+            ObjectBuilder::new()
+                .title(Some(format!("{enum_name}Name")))
+                .schema_type(Type::String)
+                .enum_values(Some(values.iter().map(|(n, _)| *n))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .title(Some(format!("{enum_name}Number")))
+                .schema_type(Type::Integer)
+                .enum_values(Some(values.iter().map(|(_, v)| *v))),
+        )
+        .item(ObjectBuilder::new().title(Some("null")).schema_type(Type::Null))
+        .into()
+}
+
 /// Declares a protobuf enum: written as its name, read from its name or its number.
-/// Unknown names or numbers are an error naming the enum and the accepted names.
+/// Unknown names or numbers are an error naming the enum and the accepted names. Its OpenAPI
+/// schema ([`enum_schema`]) says the same, so every enum is described alike.
 #[macro_export]
 macro_rules! wire_enum {
     ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $num:expr),+ $(,)? }) => {
@@ -194,6 +346,18 @@ macro_rules! wire_enum {
             /// Looks a value up by protocol name.
             pub fn from_name(s: &str) -> Option<Self> {
                 match s { $(stringify!($variant) => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl $crate::wire::codec::__utoipa::PartialSchema for $name {
+            fn schema() -> $crate::wire::codec::__utoipa::openapi::RefOr<$crate::wire::codec::__utoipa::openapi::schema::Schema> {
+                $crate::wire::codec::enum_schema(stringify!($name), &[$((stringify!($variant), $name::$variant as i64)),+])
+            }
+        }
+
+        impl $crate::wire::codec::__utoipa::ToSchema for $name {
+            fn name() -> ::std::borrow::Cow<'static, str> {
+                ::std::borrow::Cow::Borrowed(stringify!($name))
             }
         }
 
@@ -239,7 +403,10 @@ macro_rules! wire_enum {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use regex::Regex;
     use serde::{Deserialize, Serialize};
+    use utoipa::PartialSchema;
 
     #[derive(Serialize, Deserialize, Debug, PartialEq, Default)]
     struct T {
@@ -247,6 +414,80 @@ mod tests {
         a: i64,
         #[serde(with = "super::int64_vec", default)]
         v: Vec<i64>,
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct U {
+        #[serde(with = "super::uint64")]
+        #[allow(dead_code, reason = "only parsed")]
+        a: u64,
+    }
+
+    fn int64_reads(s: &str) -> bool {
+        serde_json::from_value::<T>(serde_json::json!({ "a": s })).is_ok()
+    }
+
+    fn uint64_reads(s: &str) -> bool {
+        serde_json::from_value::<U>(serde_json::json!({ "a": s })).is_ok()
+    }
+
+    /// Numerals at and around the ends of the 64-bit ranges, and anywhere in between.
+    fn numbers() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            any::<i64>().prop_map(i128::from),
+            any::<u64>().prop_map(i128::from),
+            (-50i128..50).prop_map(|d| i64::MIN as i128 + d),
+            (-50i128..50).prop_map(|d| i64::MAX as i128 + d),
+            (-50i128..50).prop_map(|d| u64::MAX as i128 + d),
+            (-50i128..50),
+        ]
+    }
+
+    /// `n` written with an optional `+`, leading zeros, or a sign flip.
+    fn spellings() -> impl Strategy<Value = String> {
+        (numbers(), any::<bool>(), 0usize..3, any::<bool>()).prop_map(|(n, plus, zeros, minus)| {
+            let digits = n.unsigned_abs().to_string();
+            let sign = if n < 0 || (minus && n == 0) {
+                "-"
+            } else if plus {
+                "+"
+            } else {
+                ""
+            };
+            format!("{sign}{}{digits}", "0".repeat(zeros))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn int64_pattern_matches_exactly_the_strings_int64_reads(
+            s in prop_oneof![spellings(), "[+-]{0,2}0{0,2}[0-9]{0,20}"]
+        ) {
+            let re = Regex::new(&super::int64_pattern()).unwrap();
+            prop_assert_eq!(re.is_match(&s), int64_reads(&s), "{:?}", s);
+        }
+
+        #[test]
+        fn uint64_pattern_matches_exactly_the_strings_uint64_reads(
+            s in prop_oneof![spellings(), "[+-]{0,2}0{0,2}[0-9]{0,21}"]
+        ) {
+            let re = Regex::new(&super::uint64_pattern()).unwrap();
+            prop_assert_eq!(re.is_match(&s), uint64_reads(&s), "{:?}", s);
+        }
+    }
+
+    #[test]
+    fn int64_patterns_hold_the_ends_of_their_ranges() {
+        let (int64, uint64) =
+            (Regex::new(&super::int64_pattern()).unwrap(), Regex::new(&super::uint64_pattern()).unwrap());
+        for s in ["-9223372036854775808", "9223372036854775807", "+0", "-0", "007"] {
+            assert!(int64.is_match(s) && int64_reads(s), "{s}");
+        }
+        for s in ["-9223372036854775809", "9223372036854775808", "", "-", "1.0", "1e3", " 1"] {
+            assert!(!int64.is_match(s), "{s}");
+        }
+        assert!(uint64.is_match("18446744073709551615") && !uint64.is_match("18446744073709551616"));
+        assert!(!uint64.is_match("-1") && !uint64.is_match("-0"));
     }
 
     #[test]
@@ -279,6 +520,14 @@ mod tests {
     #[test]
     fn enum_tables_list_every_variant_with_its_number() {
         assert_eq!(Color::ALL.iter().map(|c| c.number()).collect::<Vec<_>>(), vec![0, 1, 7]);
+    }
+
+    #[test]
+    fn enum_schemas_list_every_name_and_number() {
+        let schema = serde_json::to_value(Color::schema()).unwrap();
+        assert_eq!(schema["oneOf"][0]["enum"], serde_json::json!(["RED", "GREEN", "BLUE"]));
+        assert_eq!(schema["oneOf"][1]["enum"], serde_json::json!([0, 1, 7]));
+        assert_eq!(schema["oneOf"][2]["type"], "null");
     }
 
     #[test]

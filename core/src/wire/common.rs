@@ -5,8 +5,9 @@
 //! connectors parse our JSON unchanged. Every field has a default, so a response built from
 //! `Default::default()` (used for error replies) still carries every field.
 
-use super::codec::{int64, null_default};
+use super::codec::{Int64, int64, null_default};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 crate::wire_enum! {
     /// `header.status.code`. OK is 1, not 0.
@@ -38,34 +39,42 @@ crate::wire_enum! {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct Status {
+    #[schema(required = true)]
     pub code: StatusCode,
+    #[schema(required = true)]
     pub message: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+/// The header of every reply (required there: replies always carry every field).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(default)]
 pub struct Header {
+    #[schema(required = true)]
     pub status: Status,
+    #[schema(required = true)]
     pub request_id: String,
 }
 
 /// A reply that carries nothing but its header (`CommonResponse`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
+#[schema(as = CommonResponse)]
 pub struct Empty {}
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct BoolMasks {
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub values: Vec<bool>,
 }
 
 /// `BlockMask` on the wire: a oneof of `offset` and `bool_masks`; both absent means "no mask".
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
+#[schema(as = BlockMask)]
 pub struct WireBlockMask {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<i32>,
@@ -73,40 +82,43 @@ pub struct WireBlockMask {
     pub bool_masks: Option<BoolMasks>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct LocationSpecInfo {
     pub name: String,
     #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
     pub size: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct LocationSpecGroup {
     pub name: String,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub spec_names: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct LocationSpec {
     pub name: String,
     pub uri: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct CacheLocation {
     #[serde(rename = "type")]
     pub storage_type: StorageType,
     pub spec_size: i32,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_specs: Vec<LocationSpec>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct ModelDeployment {
     pub model_name: String,
@@ -120,7 +132,7 @@ pub struct ModelDeployment {
     pub user_data: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct InstanceInfo {
     pub quota_group_name: String,
@@ -128,14 +140,16 @@ pub struct InstanceInfo {
     pub instance_id: String,
     pub block_size: i32,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_infos: Vec<LocationSpecInfo>,
     pub model_deployment: ModelDeployment,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_groups: Vec<LocationSpecGroup>,
 }
 
 /// `RegisterInstanceRequest`, the same on both planes.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct RegisterInstanceRequest {
     pub trace_id: String,
@@ -143,13 +157,15 @@ pub struct RegisterInstanceRequest {
     pub instance_id: String,
     pub block_size: i32,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_infos: Vec<LocationSpecInfo>,
     pub model_deployment: Option<ModelDeployment>,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_groups: Vec<LocationSpecGroup>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct GetInstanceInfoRequest {
     pub trace_id: String,
@@ -157,7 +173,7 @@ pub struct GetInstanceInfoRequest {
 }
 
 /// Requests that carry nothing but a trace id (`listStorage`, `checkHealth`, …).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct TraceOnly {
     pub trace_id: String,

@@ -2,8 +2,9 @@
 
 use super::common::InstanceInfo;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct RegisterInstanceResponse {
     /// JSON text: the group's candidate storages, in the startup-config format.
@@ -11,75 +12,83 @@ pub struct RegisterInstanceResponse {
 }
 
 /// The meta plane's `GetInstanceInfoResponse` (differs from the admin one).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct MetaGetInstanceInfoResponse {
     pub instance_group: String,
     pub instance_info: InstanceInfo,
 }
 
-use super::codec::{int64_vec, null_default};
+use super::codec::{Int64, int64_vec, null_default};
 use super::common::{CacheLocation, WireBlockMask};
 use crate::store::get_cache_location::QueryType;
 use crate::store::trim_cache::TrimStrategy;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetCacheLocationRequest {
     pub trace_id: String,
     pub instance_id: String,
     pub query_type: QueryType,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub block_keys: Vec<i64>,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub token_ids: Vec<i64>,
     pub block_mask: Option<WireBlockMask>,
     pub sw_size: i32,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_names: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct LocationsResponse {
     pub locations: Vec<CacheLocation>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetCacheMetaRequest {
     pub trace_id: String,
     pub instance_id: String,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub block_keys: Vec<i64>,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub token_ids: Vec<i64>,
     pub block_mask: Option<WireBlockMask>,
     pub detail_level: i32,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetCacheMetaResponse {
     pub locations: Vec<CacheLocation>,
     pub metas: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct StartWriteCacheRequest {
     pub trace_id: String,
     pub instance_id: String,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub block_keys: Vec<i64>,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub token_ids: Vec<i64>,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub location_spec_group_names: Vec<String>,
     pub write_timeout_seconds: i32,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct StartWriteCacheResponse {
     pub write_session_id: String,
@@ -87,7 +96,7 @@ pub struct StartWriteCacheResponse {
     pub locations: Vec<CacheLocation>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct FinishWriteCacheRequest {
     pub trace_id: String,
@@ -95,22 +104,25 @@ pub struct FinishWriteCacheRequest {
     pub write_session_id: String,
     pub success_blocks: Option<WireBlockMask>,
     #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
     pub locations: Vec<CacheLocation>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct RemoveCacheRequest {
     pub trace_id: String,
     pub instance_id: String,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub block_keys: Vec<i64>,
     #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
     pub token_ids: Vec<i64>,
     pub block_mask: Option<WireBlockMask>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct TrimCacheRequest {
     pub trace_id: String,
