@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export KVCM_ROOT := $(CURDIR)
 TEST_VALKEY_PORT ?= 7301
 
-.PHONY: run test deps build build-release lint unit cluster-up cluster-down clean
+.PHONY: run test fuzz deps build build-release lint unit cluster-up cluster-down clean
 
 ## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
 run: deps build-release
@@ -16,8 +16,21 @@ test: deps lint
 	@set -o pipefail; status=0; mkdir -p .kvcm; \
 	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 \
 	    | tee .kvcm/test-output.log || status=$$?; \
+	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) tests/fuzz/run.sh $(FUZZ_SLICE) 2>.kvcm/fuzz-slice.log \
+	    | tee .kvcm/fuzz-output.log || { status=1; tail -n 60 .kvcm/fuzz-slice.log; }; \
 	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
 	  awk '/^test result:/ { p += $$4; f += $$6 } END { printf "Summary: %d passed, %d failed\n", p, f }' .kvcm/test-output.log; \
+	  exit $$status
+
+## fuzz: Schemathesis + hostile cases against a real stack, at least 100,000 requests
+## (make test runs a slice of at least 5,000: FUZZ_SLICE)
+FUZZ_SLICE ?= --examples 50 --hostile-rounds 3 --min-requests 5000
+FUZZ_FULL ?= --examples 2500 --hostile-rounds 50 --min-requests 100000
+fuzz: deps
+	cargo build --workspace --bins
+	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
+	@status=0; KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) tests/fuzz/run.sh $(FUZZ_FULL) || status=$$?; \
+	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
 	  exit $$status
 
 deps:

@@ -41,3 +41,6 @@ if [ "$(cat "$OPENAPI_VALIDATOR_DIR/.kvcm-pin" 2>/dev/null)" != "$OPENAPI_VALIDA
   echo "$OPENAPI_VALIDATOR_PIN" > "$OPENAPI_VALIDATOR_DIR.tmp/.kvcm-pin"
   rm -rf "$OPENAPI_VALIDATOR_DIR" && mv "$OPENAPI_VALIDATOR_DIR.tmp" "$OPENAPI_VALIDATOR_DIR"
 fi
+
+# The fuzzer's Python tools (Schemathesis, redis-py), for the fuzz slice of `make test`.
+"$(dirname "$0")/install-python-tools.sh" >/dev/null
