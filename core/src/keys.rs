@@ -291,6 +291,24 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_valid_instance_id_keeps_its_keys_in_one_slot_and_is_recovered_from_them(
+            id in "[A-Za-z0-9_:@+=!$*,;~-][A-Za-z0-9._:@+=!$*,;~-]{0,20}(/[A-Za-z0-9_:@+=~-][A-Za-z0-9._:@+=~-]{0,10}){0,3}",
+        ) {
+            // Ids the validator accepts: printable ASCII without braces and the like, in
+            // segments that are never "." or "..".
+            proptest::prop_assume!(crate::registry::validate::instance_id(&crate::limits::Limits::default(), &id).is_ok());
+            let k = InstanceKeys::new("ns", &id);
+            let s = slot(&k.blocks);
+            for key in k.all().into_iter().chain([k.session("1").as_str(), k.trash("t").as_str(), k.del_dead.as_str()]) {
+                proptest::prop_assert_eq!(slot(key), s);
+                proptest::prop_assert_eq!(instance_of_key("ns", key), Some(id.as_str()));
+            }
+            proptest::prop_assert_eq!(instance_of_key("other", &k.blocks), None);
+        }
+    }
+
     #[test]
     fn instance_keys_hash_by_instance_id() {
         let a = format!("{}blocks", instance_prefix("kvcm", "inst-1"));

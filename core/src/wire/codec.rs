@@ -408,7 +408,7 @@ mod tests {
     use serde::{Deserialize, Serialize};
     use utoipa::PartialSchema;
 
-    #[derive(Serialize, Deserialize, Debug, PartialEq, Default)]
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Default, Clone)]
     struct T {
         #[serde(with = "super::int64", default)]
         a: i64,
@@ -473,6 +473,29 @@ mod tests {
         ) {
             let re = Regex::new(&super::uint64_pattern()).unwrap();
             prop_assert_eq!(re.is_match(&s), uint64_reads(&s), "{:?}", s);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_int64_list_round_trips_through_strings_and_numbers(v in proptest::collection::vec(any::<i64>(), 0..64)) {
+            let t = T { a: v.first().copied().unwrap_or(0), v: v.clone() };
+            let text = serde_json::to_string(&t).unwrap();
+            prop_assert_eq!(serde_json::from_str::<T>(&text).unwrap(), t.clone());
+            let numbers = format!(
+                r#"{{"a":{},"v":[{}]}}"#,
+                t.a,
+                v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+            );
+            prop_assert_eq!(serde_json::from_str::<T>(&numbers).unwrap(), t);
+        }
+
+        #[test]
+        fn arbitrary_json_never_panics_and_is_read_or_refused(text in "[\\[\\]{}\",:0-9a-z .eE+-]{0,64}") {
+            // Whatever comes in, the codec answers Ok or Err: it never panics or loops.
+            let _ = serde_json::from_str::<T>(&text);
+            let _ = serde_json::from_str::<crate::wire::meta::GetCacheLocationRequest>(&text);
+            let _ = serde_json::from_str::<crate::wire::RegisterInstanceRequest>(&text);
         }
     }
 
