@@ -2,19 +2,34 @@
 -- numeric id (what compact block records store). Ids are never reused, so blocks written on
 -- a removed storage can never be mistaken for blocks of a new one with the same name.
 --
+-- The caller checked the new storage against every stored one (file-like roots must not nest,
+-- validate::roots_disjoint) and passes what it read: the script writes only if the storages
+-- hash is still exactly that, so two admins adding nested roots at once cannot both succeed
+-- (the later one is told to retry, and its retry sees the other storage).
+--
 -- KEYS[1] version         string counter
 -- KEYS[2] storages        hash name -> StorageConfig JSON
 -- KEYS[3] storage_ids     hash name -> id
 -- KEYS[4] storage_id_seq  string counter
 -- ARGV[1] name      storage global_unique_name (validated by the caller)
 -- ARGV[2] config    StorageConfig JSON
+-- ARGV[3..] seen    name, JSON, name, JSON…: every storage the caller read (possibly none)
 --
--- Reply: {1, new_version} | {6, message} (exists) | {7, message} (65535 ids used up)
+-- Reply: {1, new_version} | {6, message} (exists) | {5, message} (storages changed since the
+--        caller read them) | {7, message} (65535 ids used up)
 -- Example: storages = {} ; ARGV = {"nfs_01", "{...}"} -> storages = {nfs_01 = "{...}"},
 --          storage_ids = {nfs_01 = 1}, {1, "1"}. Again with the same name -> {6, "... already exists ..."}.
-if #KEYS ~= 4 or #ARGV ~= 2 then return redis.error_reply('registry_add_storage: expected 4 keys, 2 args') end
+--          storages = {a = A}; ARGV = {"b", B} (the caller saw no storage) -> {5, "... changed ..."}.
+if #KEYS ~= 4 or #ARGV < 2 or #ARGV % 2 ~= 0 then
+  return redis.error_reply('registry_add_storage: expected 4 keys, 2 args + name/config pairs')
+end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
   return {6, "storage '" .. ARGV[1] .. "' already exists; use updateStorage to change it"}
+end
+local changed = {5, "the storages changed while storage '" .. ARGV[1] .. "' was being checked against them; retry"}
+if redis.call('HLEN', KEYS[2]) ~= (#ARGV - 2) / 2 then return changed end
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[i + 1] then return changed end
 end
 if tonumber(redis.call('GET', KEYS[4]) or '0') >= 65535 then
   return {7, "65535 storages have been created in this namespace; no storage id is left"}

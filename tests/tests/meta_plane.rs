@@ -432,7 +432,7 @@ async fn quotas_and_disabled_storages_steer_or_refuse_writes() {
     assert_ok(
         &api.admin(
             "addStorage",
-            json!({"storage": {"global_unique_name": "f", "nfs": {"root_path": dir.to_str().unwrap()}}}),
+            json!({"storage": {"global_unique_name": "f", "nfs": {"root_path": dir.join("nfs").to_str().unwrap()}}}),
         )
         .await,
     );

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 fn nfs(name: &str) -> Value {
-    json!({"storage": {"global_unique_name": name, "nfs": {"root_path": "/tmp/kvcm-proc"}}})
+    json!({"storage": {"global_unique_name": name, "nfs": {"root_path": format!("/tmp/kvcm-proc/{name}")}}})
 }
 
 fn registration(group: &str, id: &str) -> Value {

@@ -9,6 +9,11 @@
 //!
 //! Entry kinds: `k`/`l` (one location of one block), `f`/`l` (a packed file whose last block was
 //! released), `trash` (a trimmed blocks hash, expanded into `k`/`l` entries in batches).
+//!
+//! On file-like storages a deletion unlinks one file name in the spec directories of the
+//! instance's own directory (`Backend::instance_dir`, which no other instance's directory nests
+//! in) and nothing else: it never follows a symbolic link (an instance or spec directory that is
+//! one fails the entry with the reason) and never enters another instance's tree.
 
 use crate::Worker;
 use kvcm_core::backend::Backend;
@@ -16,7 +21,7 @@ use kvcm_core::keys::InstanceKeys;
 use kvcm_core::store::record::decode_location;
 use redis::streams::{StreamId, StreamReadReply};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const GROUP: &str = "kvcm-deleters";
@@ -248,7 +253,7 @@ async fn unlink_everywhere(
     key: i64,
     loc: &kvcm_core::store::record::Location,
 ) -> Result<(), String> {
-    let Some(root) = backend.root().map(str::to_string) else {
+    let Some(dir) = backend.instance_dir(instance) else {
         if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
             tracing::info!(
                 "deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured"
@@ -257,25 +262,59 @@ async fn unlink_everywhere(
         return Ok(());
     };
     let name = Backend::file_name(key, loc);
-    let dir = PathBuf::from(format!("{root}{instance}"));
-    tokio::task::spawn_blocking(move || {
-        let specs = match std::fs::read_dir(&dir) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
-        };
-        for spec in specs.flatten() {
-            let path = spec.path().join(&name);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
-            }
+    tokio::task::spawn_blocking(move || unlink_in_spec_dirs(&dir, &name)).await.map_err(|e| e.to_string())?
+}
+
+/// Unlinks `<dir>/<spec>/<name>` for every spec directory `<spec>` of an instance directory, and
+/// touches nothing else:
+///
+/// * `dir` is the instance's own directory ([`Backend::instance_dir`]); no other instance's
+///   directory can be inside it, so every sub-directory is one of this instance's specs.
+/// * Only real sub-directories are entered: a symbolic link (to a directory elsewhere, perhaps
+///   another instance's) is refused, as is `dir` itself being one — the entry fails with the
+///   reason and, after its retries, goes to the dead-letter stream. Plain files are skipped.
+/// * `unlink` removes `<name>` itself, never what a symbolic link there points to.
+///
+/// A `dir` that is missing, not a directory, or whose name is too long for the filesystem
+/// holds nothing to delete. What remains: whoever can write inside `dir` can swap a checked
+/// directory for a link between the check and the unlink (std has no `unlinkat`); such a writer
+/// can already delete these files itself.
+fn unlink_in_spec_dirs(dir: &str, name: &str) -> Result<(), String> {
+    use std::io::ErrorKind::{InvalidFilename, NotFound};
+    // Without its trailing '/': `lstat("link/")` would follow the link.
+    let dir = Path::new(dir.trim_end_matches('/'));
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!("refusing to delete through {}: it is a symbolic link", dir.display()));
         }
-        Ok(())
-    })
-    .await
-    .map_err(|e| e.to_string())?
+        Ok(m) if !m.is_dir() => return Ok(()),
+        Ok(_) => {}
+        Err(e) if matches!(e.kind(), NotFound | InvalidFilename) => return Ok(()),
+        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+    }
+    let specs = match std::fs::read_dir(dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
+    };
+    for spec in specs {
+        let spec = spec.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        // `DirEntry::file_type` does not follow symbolic links.
+        let kind = spec.file_type().map_err(|e| format!("cannot inspect {}: {e}", spec.path().display()))?;
+        if kind.is_symlink() {
+            return Err(format!("refusing to delete through {}: it is a symbolic link", spec.path().display()));
+        }
+        if !kind.is_dir() {
+            continue;
+        }
+        let path = spec.path().join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == NotFound => {}
+            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+        }
+    }
+    Ok(())
 }
 
 /// Whether a failed entry is still waiting out its backoff.
@@ -339,6 +378,68 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
 
 #[cfg(test)]
 mod tests {
+    use super::unlink_in_spec_dirs;
+    use std::fs;
+    use std::path::PathBuf;
+
+    /// A fresh directory under the repository's `.kvcm/test-data` (removed at the end).
+    fn scratch(name: &str) -> PathBuf {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kvcm/test-data").join(format!(
+            "{name}-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn only_the_instances_own_spec_directories_are_touched() {
+        let root = scratch("unlink");
+        let write = |p: PathBuf| {
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, b"kv").unwrap();
+            p
+        };
+        let own = [write(root.join("a/tp0/00ff")), write(root.join("a/tp1/00ff"))];
+        let kept = write(root.join("a/tp0/0100"));
+        // Another instance's tree and a file outside any spec directory.
+        let other = write(root.join("a~2Fb/tp0/00ff"));
+        let loose = write(root.join("a/00ff"));
+        let dir = |name: &str| format!("{}/{name}/", root.display());
+        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
+        assert!(own.iter().all(|p| !p.exists()), "the instance's copies are gone");
+        assert!(kept.exists() && other.exists() && loose.exists(), "nothing else is touched");
+        // Idempotent; a missing instance directory, or one too long to exist, is nothing to do.
+        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
+        unlink_in_spec_dirs(&dir("gone"), "00ff").unwrap();
+        unlink_in_spec_dirs(&dir(&"~2F".repeat(100)), "00ff").unwrap();
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn symbolic_links_are_never_followed() {
+        let root = scratch("unlink-links");
+        let victim = root.join("elsewhere/00ff");
+        fs::create_dir_all(victim.parent().unwrap()).unwrap();
+        fs::write(&victim, b"not kvcm's").unwrap();
+        // A spec "directory" that links elsewhere.
+        fs::create_dir_all(root.join("a")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("a/tp0")).unwrap();
+        let dir = |name: &str| format!("{}/{name}/", root.display());
+        let e = unlink_in_spec_dirs(&dir("a"), "00ff").unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        // An instance "directory" that links elsewhere (named with the trailing '/', as the
+        // deleter names it).
+        std::os::unix::fs::symlink(root.join("elsewhere/.."), root.join("b")).unwrap();
+        fs::create_dir_all(root.join("tp0")).unwrap();
+        fs::write(root.join("tp0/00ff"), b"not kvcm's either").unwrap();
+        let e = unlink_in_spec_dirs(&dir("b"), "00ff").unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(victim.exists() && root.join("tp0/00ff").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn retries_back_off_exponentially_up_to_five_minutes() {
         let waits: Vec<u64> = (1..=10).map(super::backoff_ms).collect();

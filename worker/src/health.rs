@@ -7,14 +7,20 @@
 //! usually means an unmounted NFS or 3FS, and writing to the local disk underneath would be
 //! wrong) and a probe file can be written and removed in it. `mooncake` / `tair_mem_pool` — no client is
 //! configured, so they are reported healthy.
+//!
+//! The probe file is `Backend::health_probe_path` (`<root>~kvcm-health-<worker>`), a name no
+//! instance id maps to: an engine cannot make a storage look unhealthy by registering an
+//! instance whose directory sits where the probe writes, and the probe never touches an
+//! instance's directory.
 
 use crate::Worker;
 use kvcm_core::backend::Backend;
 
 /// Probes one storage; `Err` says why it is unhealthy.
 pub async fn probe(backend: &Backend, worker_id: &str) -> Result<(), String> {
-    let Some(root) = backend.root().map(str::to_string) else { return Ok(()) };
-    let probe = format!("{root}.kvcm-health-{worker_id}");
+    let (Some(root), Some(probe)) = (backend.root().map(str::to_string), backend.health_probe_path(worker_id)) else {
+        return Ok(());
+    };
     tokio::task::spawn_blocking(move || {
         if !std::path::Path::new(&root).is_dir() {
             return Err(format!("root {root} is not a directory (not mounted?)"));

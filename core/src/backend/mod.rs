@@ -10,10 +10,85 @@
 //! `blkid=j` (byte offset `j × size`). Query parameters are sorted alphabetically. The host is
 //! the storage's `global_unique_name`. URIs are a pure function of the storage config, the
 //! instance and the compact record, so a read returns exactly what the write handed out.
+//!
+//! # Directories of file-like storages
+//!
+//! This module is the one place where an instance (or spec) name becomes a directory:
+//! [`path_segment`] is used by URI building ([`Backend::uri_prefix`]), by the worker's deleter
+//! ([`Backend::instance_dir`]) and by its health probe ([`Backend::health_probe_path`]).
+//! Invariants, all proved by the tests below:
+//!
+//! * **One segment, injective.** `<instance>` and `<spec>` above are `path_segment(name)`: never
+//!   empty, never `.` or `..`, never containing `/`, and distinct names give distinct segments.
+//!   So every instance owns exactly `<root><segment>/` and no two instances share or nest a
+//!   directory (instance ids may contain `/`: `a` and `a/b` become the siblings `a` and `a~2Fb`).
+//! * **Ordinary names are unchanged.** Letters, digits and `-` `.` `_` `:` `@` are kept as they
+//!   are (a leading `.` excepted); every other byte — `/`, the escape `~` itself, `+`, `=`, `!`,
+//!   quotes, brackets, non-ASCII… — becomes `~` and two upper-case hex digits (`/` → `~2F`).
+//!   A leading `.` is escaped too (`~2E`), so a segment is never `.`/`..` nor a hidden entry.
+//! * **Why `~` and not `%`.** Connectors turn `file://` URIs into paths in different ways: Tair
+//!   KVCM's C++ SDK (`StandardUri`) takes the path raw, Python clients often `unquote` it, some
+//!   even `unquote_plus` it (`+` → space). `~` and every kept character are RFC 3986
+//!   *unreserved* or `:`/`@` (legal unencoded in a path segment), which no decoder changes; so
+//!   every client reads the same path, and it is the path the worker deletes. A `%XX` escape
+//!   would name one file for raw clients and another for decoding ones.
+//! * **Nothing else in a root looks like an instance.** The worker's health probe writes
+//!   `<root>~kvcm-health-<worker>`: `~k` is not an escape, so no instance id encodes to it.
+//! * **Mooncake keys are not escaped.** A key is a flat string in a key-value store, not a path:
+//!   no directory is shared or listed, and `<instance>/<spec>/<16 hex digits>` is already
+//!   injective because spec names contain no `/` and the suffix has a fixed width. (A future
+//!   Mooncake deleter must delete exact keys, never the prefix `<instance>/`.)
+//!
+//! Segments can be longer than the name (up to 3 bytes per byte): a 200-byte id with many
+//! escaped bytes may exceed a filesystem's 255-byte name limit; engines then fail to write there
+//! and the deleter finds nothing to delete. Nothing here fails or panics: every function is pure.
+//! See docs/data-plane.md ("Paths of file-like storages").
 
 use crate::store::record::Location;
 use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo, LocationSpec, StorageType};
+use std::borrow::Cow;
+
+/// The escape character of [`path_segment`]: RFC 3986 unreserved, so it reads the same whether
+/// or not a URI client percent-decodes.
+pub const ESCAPE: char = '~';
+
+/// Bytes [`path_segment`] keeps as they are (a leading `.` excepted): RFC 3986 unreserved
+/// characters but the escape, plus `:` and `@` (allowed unencoded in a path segment, and common
+/// in ids like `host:port` or `model@rev`).
+fn kept(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@')
+}
+
+/// The one path segment (directory name) standing for an instance id or spec name on a
+/// file-like storage. Injective; never empty, `.`, `..`, or containing `/`; the identity on
+/// ordinary names (kept bytes, not starting with `.`). See the module docs for the rule.
+pub fn path_segment(name: &str) -> Cow<'_, str> {
+    let escaped = |i: usize, b: u8| !kept(b) || (i == 0 && b == b'.');
+    if name.is_empty() {
+        // Not produced by any other name: every other `~` is followed by two hex digits.
+        return Cow::Borrowed("~");
+    }
+    if !name.bytes().enumerate().any(|(i, b)| escaped(i, b)) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for (i, b) in name.bytes().enumerate() {
+        if escaped(i, b) {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.push(ESCAPE);
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 0xf) as usize] as char);
+        } else {
+            out.push(b as char);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The name of the health probe file a worker writes in a storage root, before the worker id:
+/// `~k` is not an escape, so no [`path_segment`] starts with it.
+pub const HEALTH_PROBE_PREFIX: &str = "~kvcm-health-";
 
 /// The layout of one storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,11 +151,25 @@ impl Backend {
         }
     }
 
+    /// The directory holding every file of `instance` on a file-like storage,
+    /// `<root><path_segment(instance)>/`; no other instance's directory is inside it.
+    pub fn instance_dir(&self, instance: &str) -> Option<String> {
+        self.root().map(|root| format!("{root}{}/", path_segment(instance)))
+    }
+
+    /// The file a worker's health probe writes and removes in a file-like storage's root. Its
+    /// name is outside what [`path_segment`] produces, so it never meets an instance directory.
+    pub fn health_probe_path(&self, worker_id: &str) -> Option<String> {
+        self.root().map(|root| format!("{root}{HEALTH_PROBE_PREFIX}{}", path_segment(worker_id)))
+    }
+
     /// The part of a URI shared by every block of one spec on this storage.
     pub fn uri_prefix(&self, storage: &str, instance: &str, spec: &str) -> Option<String> {
+        let (i, s) = (path_segment(instance), path_segment(spec));
         match self {
-            Backend::File { root, .. } => Some(format!("file://{storage}{root}{instance}/{spec}/")),
-            Backend::Hf3fs { root, .. } => Some(format!("hf3fs://{storage}{root}{instance}/{spec}/")),
+            Backend::File { root, .. } => Some(format!("file://{storage}{root}{i}/{s}/")),
+            Backend::Hf3fs { root, .. } => Some(format!("hf3fs://{storage}{root}{i}/{s}/")),
+            // Keys, not paths: no escaping (module docs).
             Backend::Mooncake => Some(format!("mooncake://{storage}/?key={instance}/{spec}/")),
             Backend::Unsupported => None,
         }
@@ -220,6 +309,8 @@ mod tests {
     use crate::store::record::{LocState, Packed};
     use crate::wire::admin::{MooncakeStorageSpec, NfsStorageSpec, ThreeFsStorageSpec};
     use crate::wire::{LocationSpecGroup, LocationSpecInfo};
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     fn instance() -> InstanceInfo {
         InstanceInfo {
@@ -283,6 +374,151 @@ mod tests {
         };
         let l = cache_location(&cfg, &instance(), 16, &loc(None, 0), &[]).unwrap();
         assert_eq!(l.location_specs[1].uri, "mooncake://mc/?key=inst/tp1/0000000000000010&size=2048");
+    }
+
+    fn nfs(root: &str) -> StorageConfig {
+        StorageConfig {
+            global_unique_name: "nfs_01".into(),
+            nfs: Some(NfsStorageSpec { root_path: root.into(), key_count_per_file: 1 }),
+            ..Default::default()
+        }
+    }
+
+    fn uri_of(cfg: &StorageConfig, instance_id: &str) -> String {
+        let info = InstanceInfo { instance_id: instance_id.into(), ..instance() };
+        cache_location(cfg, &info, 255, &loc(None, 0), &[]).unwrap().location_specs[0].uri.clone()
+    }
+
+    #[test]
+    fn instance_ids_with_a_slash_get_one_sibling_directory_and_ordinary_ids_keep_their_uris() {
+        let cfg = nfs("/mnt/kv/");
+        let uri = |id: &str| uri_of(&cfg, id);
+        assert_eq!(uri("inst"), "file://nfs_01/mnt/kv/inst/tp0/00000000000000ff?size=4096");
+        assert_eq!(
+            uri("host-1:8080@v1.2_tp8"),
+            "file://nfs_01/mnt/kv/host-1:8080@v1.2_tp8/tp0/00000000000000ff?size=4096"
+        );
+        assert_eq!(uri("a/b"), "file://nfs_01/mnt/kv/a~2Fb/tp0/00000000000000ff?size=4096");
+        assert_eq!(uri("Qwen/Qwen2-7B"), "file://nfs_01/mnt/kv/Qwen~2FQwen2-7B/tp0/00000000000000ff?size=4096");
+        // The escape escapes itself, so "a~2Fb" cannot pass for "a/b".
+        assert_eq!(uri("a~2Fb"), "file://nfs_01/mnt/kv/a~7E2Fb/tp0/00000000000000ff?size=4096");
+        // Bytes a decoding client would change, or that are not legal unencoded in a URI path.
+        assert_eq!(uri("a+b=c!"), "file://nfs_01/mnt/kv/a~2Bb~3Dc~21/tp0/00000000000000ff?size=4096");
+        assert_eq!(
+            uri("x\"[y]|^`<>"),
+            "file://nfs_01/mnt/kv/x~22~5By~5D~7C~5E~60~3C~3E/tp0/00000000000000ff?size=4096"
+        );
+        // A leading dot: never `.`/`..`, never hidden; dots elsewhere are kept.
+        assert_eq!(uri(".hidden"), "file://nfs_01/mnt/kv/~2Ehidden/tp0/00000000000000ff?size=4096");
+        assert_eq!(uri("a/./b"), "file://nfs_01/mnt/kv/a~2F.~2Fb/tp0/00000000000000ff?size=4096");
+        let cfg = StorageConfig {
+            global_unique_name: "3fs".into(),
+            threefs: Some(ThreeFsStorageSpec {
+                mountpoint: "/3fs/".into(),
+                root_dir: "kv/".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(uri_of(&cfg, "a/b"), "hf3fs://3fs/3fs/kv/a~2Fb/tp0/00000000000000ff?size=4096");
+        // Mooncake keys are not paths: unchanged.
+        let cfg = StorageConfig {
+            global_unique_name: "mc".into(),
+            mooncake: Some(MooncakeStorageSpec::default()),
+            ..Default::default()
+        };
+        assert_eq!(uri_of(&cfg, "a/b"), "mooncake://mc/?key=a/b/tp0/00000000000000ff&size=4096");
+    }
+
+    #[test]
+    fn spec_names_are_segments_too() {
+        let b = Backend::of(&nfs("/r/"));
+        assert_eq!(b.uri_prefix("s", "i", "tp0").unwrap(), "file://s/r/i/tp0/");
+        assert_eq!(b.uri_prefix("s", "i", "..").unwrap(), "file://s/r/i/~2E./");
+        assert_eq!(b.uri_prefix("s", "i", ".").unwrap(), "file://s/r/i/~2E/");
+    }
+
+    #[test]
+    fn the_deleter_and_the_health_probe_use_the_same_directories() {
+        let b = Backend::of(&nfs("/mnt/kv/"));
+        assert_eq!(b.instance_dir("inst").unwrap(), "/mnt/kv/inst/");
+        assert_eq!(b.instance_dir("a/b").unwrap(), "/mnt/kv/a~2Fb/");
+        let prefix = b.uri_prefix("nfs_01", "a/b", "tp0").unwrap();
+        assert_eq!(prefix, format!("file://nfs_01{}tp0/", b.instance_dir("a/b").unwrap()));
+        assert_eq!(b.health_probe_path("w-1").unwrap(), "/mnt/kv/~kvcm-health-w-1");
+        assert_eq!(b.health_probe_path("w/1").unwrap(), "/mnt/kv/~kvcm-health-w~2F1");
+        let mc = Backend::of(&StorageConfig {
+            global_unique_name: "mc".into(),
+            mooncake: Some(MooncakeStorageSpec::default()),
+            ..Default::default()
+        });
+        assert_eq!((mc.instance_dir("i"), mc.health_probe_path("w")), (None, None));
+    }
+
+    /// The inverse of `path_segment`, to prove it injective.
+    fn decode(segment: &str) -> Option<String> {
+        if segment == "~" {
+            return Some(String::new());
+        }
+        let (b, mut out, mut i) = (segment.as_bytes(), Vec::new(), 0);
+        while i < b.len() {
+            if b[i] == b'~' {
+                let hex = segment.get(i + 1..i + 3)?;
+                if !hex.bytes().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(&c)) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8(out).ok()
+    }
+
+    /// Characters RFC 3986 allows unencoded in a path segment (`pchar` without `%`).
+    fn legal_in_uri_path(c: char) -> bool {
+        c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@".contains(c)
+    }
+
+    fn check_segment(name: &str) -> Result<String, TestCaseError> {
+        let seg = path_segment(name).into_owned();
+        prop_assert!(!seg.is_empty() && seg != "." && seg != "..", "{name:?} -> {seg:?}");
+        prop_assert!(!seg.contains('/'), "{name:?} -> {seg:?} has a '/'");
+        prop_assert!(!seg.starts_with('.'), "{name:?} -> {seg:?} is hidden");
+        prop_assert!(seg.chars().all(legal_in_uri_path), "{name:?} -> {seg:?} needs URI encoding");
+        prop_assert!(!seg.starts_with(HEALTH_PROBE_PREFIX), "{name:?} -> {seg:?} looks like a probe file");
+        prop_assert_eq!(decode(&seg), Some(name.to_string()), "{:?} does not decode back", seg);
+        Ok(seg)
+    }
+
+    proptest! {
+        #[test]
+        fn any_name_becomes_one_reversible_uri_safe_segment(name in any::<String>()) {
+            check_segment(&name)?;
+        }
+
+        #[test]
+        fn distinct_instance_ids_never_share_a_segment(
+            // A small alphabet, so escapes and their look-alikes ("a/b" vs "a~2Fb") meet often.
+            a in "[ab./~2EF7]{1,8}",
+            b in "[ab./~2EF7]{1,8}",
+        ) {
+            let (sa, sb) = (check_segment(&a)?, check_segment(&b)?);
+            prop_assert_eq!(a == b, sa == sb, "{:?} -> {:?}, {:?} -> {:?}", a, sa, b, sb);
+        }
+
+        #[test]
+        fn printable_ids_differ_after_encoding(a in "[!-~]{1,24}", b in "[!-~]{1,24}") {
+            prop_assert_eq!(a == b, path_segment(&a) == path_segment(&b));
+        }
+
+        #[test]
+        fn ordinary_ids_are_unchanged(id in "[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,199}") {
+            prop_assert!(matches!(path_segment(&id), Cow::Borrowed(s) if s == id));
+            check_segment(&id)?;
+        }
     }
 
     #[test]

@@ -351,15 +351,25 @@ impl Registry {
 
     pub async fn add_storage(&self, mut cfg: StorageConfig) -> Result<()> {
         validate::storage(&self.limits, &mut cfg)?;
+        let stored = self.stored_storages().await?;
+        if !stored.contains_key(&cfg.global_unique_name) {
+            // (An existing name is left to the script, which answers DUPLICATE_ENTITY.)
+            validate::roots_disjoint(&cfg, &parse_storages(&stored))?;
+        }
         let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
-        self.write(
-            &scripts::REGISTRY_ADD_STORAGE,
-            &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq],
-            &[&cfg.global_unique_name, &json],
-        )
-        .await
-        .map(drop)
+        let mut args: Vec<&str> = vec![&cfg.global_unique_name, &json];
+        args.extend(stored.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
+        self.write(&scripts::REGISTRY_ADD_STORAGE, &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq], &args)
+            .await
+            .map(drop)
+    }
+
+    /// The stored storage configs, name → JSON, read fresh (not from the cached snapshot). The
+    /// roots check runs against them, and the add/update scripts refuse to write if the hash
+    /// changed meanwhile, so two admins adding nested roots at once cannot both pass the check.
+    async fn stored_storages(&self) -> Result<BTreeMap<String, String>> {
+        Ok(redis::cmd("HGETALL").arg(&self.keys.storages).query_async(&mut self.conn()).await?)
     }
 
     /// Replaces a storage's config. Changing where its blocks live (type, root path, mount
@@ -369,9 +379,8 @@ impl Registry {
         validate::storage(&self.limits, &mut cfg)?;
         let name = cfg.global_unique_name.clone();
         let k = &self.keys;
-        let current: Option<String> =
-            redis::cmd("HGET").arg(&k.storages).arg(&name).query_async(&mut self.conn()).await?;
-        let Some(current) = current else {
+        let mut others = self.stored_storages().await?;
+        let Some(current) = others.remove(&name) else {
             return Err(Error::invalid(format!("storage '{name}' does not exist; add it with addStorage")));
         };
         let old: StorageConfig = serde_json::from_str(&current).map_err(|e| Error::internal(e.to_string()))?;
@@ -381,10 +390,11 @@ impl Registry {
                  blocks already written there would be lost to kvcm. Set force_update to do it anyway"
             )));
         }
+        validate::roots_disjoint(&cfg, &parse_storages(&others))?;
         let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
-        self.write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &[&name, &current, &json])
-            .await
-            .map(drop)
+        let mut args: Vec<&str> = vec![&name, &current, &json];
+        args.extend(others.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
+        self.write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &args).await.map(drop)
     }
 
     pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
@@ -589,6 +599,12 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+/// Stored storage configs for the roots check; an unreadable record is skipped, as the snapshot
+/// skips it (no block can be placed on it).
+fn parse_storages(stored: &BTreeMap<String, String>) -> Vec<StorageConfig> {
+    stored.values().filter_map(|json| serde_json::from_str(json).ok()).collect()
 }
 
 fn prefix(e: Error, what: &str) -> Error {

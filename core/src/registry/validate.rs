@@ -5,6 +5,7 @@
 //! `/` gains one; `key_count_per_file` 0 means 1), so what is stored is canonical. Sizes and
 //! counts are checked against the configured [`Limits`].
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::wire::admin::{AccountRole, InstanceGroup, StorageConfig};
@@ -13,6 +14,8 @@ use std::collections::HashSet;
 
 /// Largest `block_size` (tokens per block) an instance may register.
 pub const MAX_BLOCK_SIZE: i32 = 1 << 20;
+/// Longest file name most file systems accept (an instance's directory).
+const MAX_SEGMENT_BYTES: usize = 255;
 /// Largest `tp_size`, `dp_size` and `pp_size`.
 pub const MAX_PARALLELISM: i32 = 1 << 16;
 
@@ -68,6 +71,17 @@ pub fn instance_id(limits: &Limits, value: &str) -> Result<()> {
         return Err(Error::invalid(format!(
             "instance_id \"{}\" contains {c:?}; whitespace, control characters and {{}}\\?#%& are not allowed",
             clip(value, 64).escape_debug()
+        )));
+    }
+    // File-like storages keep an instance's blocks in one directory named by an escaped form
+    // of its id (up to three bytes per escaped byte); it must fit a file name.
+    let segment = crate::backend::path_segment(value);
+    if segment.len() > MAX_SEGMENT_BYTES {
+        return Err(Error::invalid(format!(
+            "instance_id \"{}…\" needs {} bytes as a directory name (characters other than letters, \
+             digits and -._:@ take three); at most {MAX_SEGMENT_BYTES} fit",
+            clip(value, 32),
+            segment.len()
         )));
     }
     if value.starts_with('/') || value.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
@@ -247,6 +261,48 @@ pub fn storage_placement(cfg: &StorageConfig) -> String {
         p.timeout = 0;
     }
     serde_json::to_string(&c).unwrap_or_default()
+}
+
+/// Refuses a file-like storage (`nfs`, `local`, `threefs`, `vcnsthreefs`) whose root equals,
+/// contains or lies inside the root of another file-like storage in `existing` (a storage of the
+/// same name, i.e. the one being updated, is skipped). With roots `/a/` and `/a/b/`, instance `b`
+/// of the first would own the second's whole tree. Types are compared with each other too: the
+/// worker deletes through the same local paths whatever the type.
+///
+/// Roots are compared by path segment after dropping empty and `.` segments (`/a//./b/` is
+/// `/a/b/`; `/a/` and `/ab/` are disjoint). Pure string comparison: two different strings that
+/// reach one directory through a symbolic link or a bind mount are not detected.
+pub fn roots_disjoint<'a>(new: &StorageConfig, existing: impl IntoIterator<Item = &'a StorageConfig>) -> Result<()> {
+    fn segments(root: &str) -> Vec<&str> {
+        root.split('/').filter(|s| !s.is_empty() && *s != ".").collect()
+    }
+    let new_backend = Backend::of(new);
+    let Some(new_root) = new_backend.root() else { return Ok(()) };
+    let new_segments = segments(new_root);
+    for other in existing {
+        if other.global_unique_name == new.global_unique_name {
+            continue;
+        }
+        let other_backend = Backend::of(other);
+        let Some(other_root) = other_backend.root() else { continue };
+        let other_segments = segments(other_root);
+        let common = new_segments.len().min(other_segments.len());
+        if new_segments[..common] != other_segments[..common] {
+            continue;
+        }
+        let relation = match new_segments.len().cmp(&other_segments.len()) {
+            std::cmp::Ordering::Equal => "is the same directory as",
+            std::cmp::Ordering::Greater => "lies inside",
+            std::cmp::Ordering::Less => "contains",
+        };
+        return Err(Error::invalid(format!(
+            "storage '{}' root {new_root} {relation} the root {other_root} of storage '{}'; \
+             the roots of file-like storages must not nest or coincide (an instance of one storage \
+             would own the other's files): choose a separate directory",
+            new.global_unique_name, other.global_unique_name
+        )));
+    }
+    Ok(())
 }
 
 /// Validates an instance group (create and update), and returns its JSON as stored.
@@ -475,7 +531,7 @@ pub fn registration_diff(stored: &InstanceInfo, new: &InstanceInfo) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::admin::NfsStorageSpec;
+    use crate::wire::admin::{MooncakeStorageSpec, NfsStorageSpec, ThreeFsStorageSpec};
 
     #[test]
     fn instance_ids_that_would_break_keys_or_paths_are_refused() {
@@ -487,6 +543,9 @@ mod tests {
         for good in ["inst-1", "Qwen/Qwen2-7B", "model:v1.2_tp8", "a@b+c=d"] {
             instance_id(&l, good).unwrap();
         }
+        // 199 bytes, 99 of them slashes escaped to 3 bytes each: 397 bytes, over a file name's 255.
+        let wide = "a/".repeat(99) + "a";
+        assert!(instance_id(&l, &wide).unwrap_err().to_string().contains("directory name"), "{wide}");
     }
 
     #[test]
@@ -561,6 +620,72 @@ mod tests {
         assert!(storage(&l, &mut c).unwrap_err().to_string().contains("absolute"));
         c.nfs.as_mut().unwrap().root_path = format!("/{}", "d".repeat(l.max_string_bytes));
         assert!(storage(&l, &mut c).unwrap_err().to_string().contains("max_string_bytes"));
+    }
+
+    fn file_storage(name: &str, root: &str) -> StorageConfig {
+        let mut c = StorageConfig {
+            global_unique_name: name.into(),
+            nfs: Some(NfsStorageSpec { root_path: root.into(), key_count_per_file: 1 }),
+            ..Default::default()
+        };
+        storage(&Limits::default(), &mut c).unwrap();
+        c
+    }
+
+    fn threefs_storage(name: &str, mountpoint: &str, root_dir: &str) -> StorageConfig {
+        let mut c = StorageConfig {
+            global_unique_name: name.into(),
+            threefs: Some(ThreeFsStorageSpec {
+                mountpoint: mountpoint.into(),
+                root_dir: root_dir.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        storage(&Limits::default(), &mut c).unwrap();
+        c
+    }
+
+    #[test]
+    fn file_like_storages_whose_roots_nest_or_coincide_are_refused_naming_both() {
+        let existing = [
+            file_storage("a", "/data/a"),
+            threefs_storage("t", "/3fs/", "kv"),
+            StorageConfig {
+                global_unique_name: "mc".into(),
+                mooncake: Some(MooncakeStorageSpec::default()),
+                ..Default::default()
+            },
+        ];
+        for (new, relation, other) in [
+            (file_storage("b", "/data/a/b"), "lies inside", "'a'"),
+            (file_storage("b", "/data"), "contains", "'a'"),
+            (file_storage("b", "/"), "contains", "'a'"),
+            (file_storage("b", "/data/a/"), "is the same directory as", "'a'"),
+            (file_storage("b", "/data//./a"), "is the same directory as", "'a'"),
+            (threefs_storage("b", "/data/", "a/x"), "lies inside", "'a'"),
+            (file_storage("b", "/3fs/kv/i"), "lies inside", "'t'"),
+        ] {
+            let e = roots_disjoint(&new, &existing).unwrap_err();
+            assert_eq!(e.code(), crate::wire::StatusCode::INVALID_ARGUMENT);
+            let m = e.to_string();
+            assert!(m.contains("storage 'b'") && m.contains(relation) && m.contains(other), "{m}");
+        }
+        for ok in [
+            file_storage("b", "/data/ab"),
+            file_storage("b", "/dat"),
+            file_storage("b", "/3fs/kv2"),
+            threefs_storage("b", "/3fs/", "other"),
+            // An update of a storage keeps its own root.
+            file_storage("a", "/data/a"),
+            StorageConfig {
+                global_unique_name: "mc2".into(),
+                mooncake: Some(MooncakeStorageSpec::default()),
+                ..Default::default()
+            },
+        ] {
+            roots_disjoint(&ok, &existing).unwrap();
+        }
     }
 
     #[test]
