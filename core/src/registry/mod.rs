@@ -351,12 +351,16 @@ impl Registry {
 
     pub async fn add_storage(&self, mut cfg: StorageConfig) -> Result<()> {
         validate::storage(&self.limits, &mut cfg)?;
+        retry_on_conflict(|| self.try_add_storage(&cfg)).await
+    }
+
+    async fn try_add_storage(&self, cfg: &StorageConfig) -> Result<()> {
         let stored = self.stored_storages().await?;
         if !stored.contains_key(&cfg.global_unique_name) {
             // (An existing name is left to the script, which answers DUPLICATE_ENTITY.)
-            validate::roots_disjoint(&cfg, &parse_storages(&stored))?;
+            validate::roots_disjoint(cfg, &parse_storages(&stored))?;
         }
-        let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
+        let json = serde_json::to_string(cfg).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
         let mut args: Vec<&str> = vec![&cfg.global_unique_name, &json];
         args.extend(stored.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
@@ -377,6 +381,10 @@ impl Registry {
     /// be found by their URIs.
     pub async fn update_storage(&self, mut cfg: StorageConfig, force: bool) -> Result<()> {
         validate::storage(&self.limits, &mut cfg)?;
+        retry_on_conflict(|| self.try_update_storage(&cfg, force)).await
+    }
+
+    async fn try_update_storage(&self, cfg: &StorageConfig, force: bool) -> Result<()> {
         let name = cfg.global_unique_name.clone();
         let k = &self.keys;
         let mut others = self.stored_storages().await?;
@@ -384,14 +392,14 @@ impl Registry {
             return Err(Error::invalid(format!("storage '{name}' does not exist; add it with addStorage")));
         };
         let old: StorageConfig = serde_json::from_str(&current).map_err(|e| Error::internal(e.to_string()))?;
-        if !force && validate::storage_placement(&old) != validate::storage_placement(&cfg) {
+        if !force && validate::storage_placement(&old) != validate::storage_placement(cfg) {
             return Err(Error::invalid(format!(
                 "this update changes where storage '{name}' keeps its blocks (type, path or key space); \
                  blocks already written there would be lost to kvcm. Set force_update to do it anyway"
             )));
         }
-        validate::roots_disjoint(&cfg, &parse_storages(&others))?;
-        let json = serde_json::to_string(&cfg).map_err(|e| Error::internal(e.to_string()))?;
+        validate::roots_disjoint(cfg, &parse_storages(&others))?;
+        let json = serde_json::to_string(cfg).map_err(|e| Error::internal(e.to_string()))?;
         let mut args: Vec<&str> = vec![&name, &current, &json];
         args.extend(others.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
         self.write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &args).await.map(drop)
@@ -605,6 +613,22 @@ impl Registry {
 /// skips it (no block can be placed on it).
 fn parse_storages(stored: &BTreeMap<String, String>) -> Vec<StorageConfig> {
     stored.values().filter_map(|json| serde_json::from_str(json).ok()).collect()
+}
+
+/// Runs a storage write again (re-reading the storages) while its script answers that they
+/// changed under it — another admin's storage write raced this one — a few times at most.
+async fn retry_on_conflict<F, Fut>(mut attempt: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut left = 5;
+    loop {
+        match attempt().await {
+            Err(Error::Status { code: StatusCode::SERVICE_NOT_READY, .. }) if left > 1 => left -= 1,
+            other => return other,
+        }
+    }
 }
 
 fn prefix(e: Error, what: &str) -> Error {
