@@ -1,28 +1,31 @@
--- registry_add_account: add an account. The first account must be an admin, so adding
--- accounts (which turns on authentication) can never lock operators out.
+-- registry_add_account: add an account. The first account must be an admin (unless an admin API
+-- key exists), so adding accounts can never leave a registry whose only credentials cannot
+-- administer it.
 --
 -- KEYS[1] version   string counter
--- KEYS[2] accounts  hash user -> {"user_name", "role", "password_hash"} JSON
+-- KEYS[2] accounts  hash user -> {"user_name", "role", "password_hash", "instance_groups"} JSON
+-- KEYS[3] api_keys  hash key id -> {"role", …} JSON (only read: does an admin key exist?)
 -- ARGV[1] user name
 -- ARGV[2] account JSON (password already hashed by the caller)
 -- ARGV[3] role name: "ROLE_ADMIN" or "ROLE_USER"
 --
--- Reply: {1, new_version} | {6, message} (exists) | {5, message} (would lock out admins)
--- Example: accounts = {}; ARGV = {"ops", "{...}", "ROLE_USER"} -> {5, "... add an admin first"}.
-if #KEYS ~= 2 or #ARGV ~= 3 then return redis.error_reply('registry_add_account: expected 2 keys, 3 args') end
+-- Reply: {1, new_version} | {6, message} (exists) | {5, message} (no admin yet)
+-- Example: accounts = {}, api_keys = {}; ARGV = {"ops", "{...}", "ROLE_USER"} -> {5, "... ROLE_ADMIN ..."}.
+if #KEYS ~= 3 or #ARGV ~= 3 then return redis.error_reply('registry_add_account: expected 3 keys, 3 args') end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
   return {6, "account '" .. ARGV[1] .. "' already exists; delete it first to change its password or role"}
 end
-if ARGV[3] ~= 'ROLE_ADMIN' then
-  local has_admin = false
-  for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+local function admins(hash)
+  local n = 0
+  for _, v in ipairs(redis.call('HVALS', hash)) do
     local ok, a = pcall(cjson.decode, v)
-    if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' then has_admin = true break end
+    if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' then n = n + 1 end
   end
-  if not has_admin then
-    return {5, "the first account must have role ROLE_ADMIN: accounts turn on authentication " ..
-               "of the admin plane, and without an admin nobody could use it"}
-  end
+  return n
+end
+if ARGV[3] ~= 'ROLE_ADMIN' and admins(KEYS[2]) + admins(KEYS[3]) == 0 then
+  return {5, "the first account must have role ROLE_ADMIN: the admin plane needs an admin once " ..
+             "credentials are in use, and without one nobody could administer them"}
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return {1, tostring(redis.call('INCR', KEYS[1]))}

@@ -6,7 +6,7 @@
 -- ARGV[1] key id (16 hex digits, random)
 -- ARGV[2] key JSON
 --
--- Reply: {1, new_version} | {6, message} (the random key id collided: the caller retries)
+-- Reply: {1, new_version} | {6, message} (the random key id collided: the caller draws another)
 -- Example: api_keys = {}; ARGV = {"0f3a…", "{...}"} -> {1, "8"}, api_keys = {"0f3a…": "{...}"}.
 if #KEYS ~= 2 or #ARGV ~= 2 then return redis.error_reply('registry_add_api_key: expected 2 keys, 2 args') end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then

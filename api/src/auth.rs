@@ -48,7 +48,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Longest wait for the Argon2 permit before answering 503.
+/// Longest wait for the Argon2 permit before answering 503 (at most half the request deadline).
 pub const ARGON2_WAIT: Duration = Duration::from_secs(2);
 /// Most verified account credentials cached per frontend (cleared when full).
 const CACHE_LIMIT: usize = 4096;
@@ -117,26 +117,45 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 /// Per-frontend authentication state.
-#[derive(Debug)]
 pub struct AuthState {
     /// Digest of a verified account header value and client address → (user, stored hash it was
     /// checked against).
     verified: Mutex<HashMap<[u8; 32], (String, String)>>,
-    argon2: tokio::sync::Semaphore,
+    argon2: Arc<tokio::sync::Semaphore>,
     keys: AuthKeys,
+}
+
+impl std::fmt::Debug for AuthState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached = self.verified.lock().map(|c| c.len()).unwrap_or(0);
+        f.debug_struct("AuthState").field("verified", &cached).finish_non_exhaustive()
+    }
 }
 
 impl AuthState {
     pub fn new(namespace: &str) -> Self {
-        AuthState { verified: Mutex::default(), argon2: tokio::sync::Semaphore::new(1), keys: AuthKeys::new(namespace) }
+        AuthState {
+            verified: Mutex::default(),
+            argon2: Arc::new(tokio::sync::Semaphore::new(1)),
+            keys: AuthKeys::new(namespace),
+        }
     }
 }
 
-/// What the `Authorization` header carries.
-#[derive(Debug, PartialEq, Eq)]
+/// What the `Authorization` header carries. (Its `Debug` shows no secret.)
+#[derive(PartialEq, Eq)]
 enum Presented {
     ApiKey(String),
     Password { user: String, password: String },
+}
+
+impl std::fmt::Debug for Presented {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Presented::ApiKey(t) => write!(f, "ApiKey({:?})", kvcm_core::auth::api_key_id(t).unwrap_or("?")),
+            Presented::Password { user, .. } => write!(f, "Password({user:?}, ***)"),
+        }
+    }
 }
 
 fn presented(value: &str) -> Option<Presented> {
@@ -186,15 +205,11 @@ fn infrastructure(e: Error) -> Response {
 pub fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
     let name = &state.config.client_ip_header;
     if !name.is_empty() {
-        let forwarded = headers
-            .get_all(name.as_str())
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-            .next_back();
-        if forwarded.is_some() {
-            return forwarded;
+        // The right-most entry is the one the proxy wrote. If it does not parse, the TCP peer is
+        // used — never an earlier entry, which the client may have written.
+        let last = headers.get_all(name.as_str()).iter().next_back().and_then(|v| v.to_str().ok());
+        if let Some(ip) = last.and_then(|v| v.rsplit(',').next()).and_then(|a| a.trim().parse::<IpAddr>().ok()) {
+            return Some(ip);
         }
     }
     peer.map(|p| p.ip())
@@ -268,13 +283,12 @@ async fn account(
     password: &str,
     address: Option<IpAddr>,
 ) -> Result<Principal, Response> {
-    const DENIED: &str = "unknown user or wrong password";
     let snap = state.registry.snapshot();
     let stored = snap.accounts.get(user);
     // The cache is keyed by credentials *and* client address: a verification proves the password
     // for that address only, so a backed-off guesser elsewhere cannot use cache hits as an
     // oracle that bypasses the back-off.
-    let address = address.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+    let address = address_key(address);
     let digest: [u8; 32] =
         Sha256::new().chain_update(header_value).chain_update([0]).chain_update(&address).finalize().into();
     if let Some(acct) = stored {
@@ -283,41 +297,42 @@ async fn account(
             return Ok(Principal::from_role(user.to_string(), acct.role, &acct.instance_groups));
         }
     }
-    // A malformed user name cannot exist: refusing it at once tells an attacker nothing they did
-    // not know, and keeps it from creating failure counters or running Argon2.
-    if kvcm_core::registry::validate::name(state.registry.limits(), "user_name", user).is_err() {
+    // A malformed user name cannot exist, and no password is longer than the longest accepted:
+    // refusing these at once tells an attacker nothing they did not know, and keeps them from
+    // creating failure counters or running Argon2 on megabytes.
+    let lookup = state.registry.lookup_limits();
+    if kvcm_core::registry::validate::name(lookup, "user_name", user).is_err()
+        || password.len() > kvcm_core::registry::MAX_PASSWORD_BYTES
+    {
         return Err(unauthorized(DENIED));
     }
     if let Some(wait) = backoff(state, user, &address).await.map_err(infrastructure)? {
-        return Err(retry_later(
-            Http::TOO_MANY_REQUESTS,
-            "too many failed logins for this user or from this address; retry after the time in Retry-After",
-            wait,
-        ));
+        return Err(too_many(wait));
     }
     // The same verification whether or not the user exists (no timing oracle for user names).
     let (hash, known) = match stored {
         Some(a) => (a.password_hash.clone(), true),
         None => (kvcm_core::auth::dummy_hash().to_string(), false),
     };
-    let Ok(_permit) = tokio::time::timeout(ARGON2_WAIT, state.auth.argon2.acquire()).await else {
-        return Err(retry_later(
-            Http::SERVICE_UNAVAILABLE,
-            "password checks are busy; retry shortly (engines should use API keys, which need no password check)",
-            Duration::from_secs(1),
-        ));
-    };
-    state.metrics.password_check();
-    let pw = password.to_string();
-    let ok = tokio::task::spawn_blocking(move || kvcm_core::auth::verify_password(&pw, &hash)).await.unwrap_or(false)
-        && known;
-    drop(_permit);
-    if !ok {
-        record_failure(state, user, &address).await.map_err(infrastructure)?;
-        return Err(unauthorized(DENIED));
+    // Verification and its bookkeeping run in their own task: a client that goes away (or a
+    // request past its deadline) cannot cut them short, so every failure is counted and the
+    // permit is held exactly as long as Argon2 runs.
+    let check = Check { user: user.to_string(), password: password.to_string(), hash, known, address };
+    let verdict = tokio::spawn(check.run(state.clone())).await.unwrap_or(Verdict::Denied);
+    match verdict {
+        Verdict::Verified => {}
+        Verdict::Denied => return Err(unauthorized(DENIED)),
+        Verdict::BackingOff(wait) => return Err(too_many(wait)),
+        Verdict::Busy => {
+            return Err(retry_later(
+                Http::SERVICE_UNAVAILABLE,
+                "password checks are busy; retry shortly (engines should use API keys, which need no password check)",
+                Duration::from_secs(1),
+            ));
+        }
+        Verdict::Unavailable(e) => return Err(infrastructure(e)),
     }
     let Some(acct) = stored else { return Err(unauthorized(DENIED)) };
-    record_success(state, user, &address).await.map_err(infrastructure)?;
     let mut cache = state.auth.verified.lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= CACHE_LIMIT {
         cache.clear();
@@ -326,12 +341,99 @@ async fn account(
     Ok(Principal::from_role(user.to_string(), acct.role, &acct.instance_groups))
 }
 
-/// How long this user or address must still wait, if either is backing off. An address that
-/// logged in as this user recently is exempt from the user's back-off (not from its own).
+const DENIED: &str = "unknown user or wrong password";
+
+fn too_many(wait: Duration) -> Response {
+    retry_later(
+        Http::TOO_MANY_REQUESTS,
+        "too many failed logins for this user or from this address; retry after the time in Retry-After",
+        wait,
+    )
+}
+
+/// One password verification, owned so that it can outlive the request that asked for it.
+struct Check {
+    user: String,
+    password: String,
+    hash: String,
+    known: bool,
+    address: String,
+}
+
+enum Verdict {
+    Verified,
+    Denied,
+    BackingOff(Duration),
+    Busy,
+    Unavailable(Error),
+}
+
+impl Check {
+    async fn run(self, state: AppState) -> Verdict {
+        let wait = ARGON2_WAIT.min(Duration::from_millis(state.config.request_timeout_ms / 2));
+        let Ok(Ok(permit)) = tokio::time::timeout(wait, state.auth.argon2.clone().acquire_owned()).await else {
+            return Verdict::Busy;
+        };
+        // Our turn: look at the back-off again. A burst of guesses that queued up behind the
+        // permit is refused here once the first of them have started the back-off.
+        match backoff(&state, &self.user, &self.address).await {
+            Ok(Some(wait)) => return Verdict::BackingOff(wait),
+            Ok(None) => {}
+            Err(e) => return Verdict::Unavailable(e),
+        }
+        state.metrics.password_check();
+        let (password, hash) = (self.password, self.hash);
+        // The permit travels with the hashing thread and back: held until the outcome is
+        // recorded, so the next check in line sees a back-off this failure starts.
+        let (matches, permit) =
+            match tokio::task::spawn_blocking(move || (kvcm_core::auth::verify_password(&password, &hash), permit))
+                .await
+            {
+                Ok(done) => done,
+                Err(_) => return Verdict::Denied,
+            };
+        let recorded = if matches && self.known {
+            record_success(&state, &self.user, &self.address).await
+        } else {
+            record_failure(&state, &self.user, &self.address).await
+        };
+        drop(permit);
+        match recorded {
+            Err(e) => Verdict::Unavailable(e),
+            Ok(()) if matches && self.known => Verdict::Verified,
+            Ok(()) => Verdict::Denied,
+        }
+    }
+}
+
+/// The address failures are counted against: IPv4 as is (also when mapped into IPv6), IPv6 by
+/// its /64 prefix (one host usually holds a whole /64, so counting single addresses would let
+/// it rotate past the back-off), `unknown` when neither proxy header nor peer is known.
+pub fn address_key(address: Option<IpAddr>) -> String {
+    match address {
+        None => "unknown".into(),
+        Some(IpAddr::V4(a)) => a.to_string(),
+        Some(IpAddr::V6(a)) => match a.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = a.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
+
+/// How long this user or address must still wait, if backing off. Three counters apply: the
+/// (user, address) pair's always; the user's and the address's unless this address logged in
+/// as this user recently — so a guesser elsewhere cannot lock a user out of the addresses it
+/// uses, and typos of others behind the same NAT cannot lock out a user who logged in from it.
 async fn backoff(state: &AppState, user: &str, address: &str) -> Result<Option<Duration>, Error> {
     let k = &state.auth.keys;
     let mut conn = state.conn.clone();
-    let (user_until, address_until, trusted): (Option<u64>, Option<u64>, bool) = redis::pipe()
+    let (pair, user_until, address_until, trusted): (Option<u64>, Option<u64>, Option<u64>, bool) = redis::pipe()
+        .cmd("HGET")
+        .arg(k.pair_failures(user, address))
+        .arg("until")
         .cmd("HGET")
         .arg(k.user_failures(user))
         .arg("until")
@@ -343,8 +445,8 @@ async fn backoff(state: &AppState, user: &str, address: &str) -> Result<Option<D
         .query_async(&mut conn)
         .await?;
     let now = kvcm_core::store::now_ms();
-    let user_until = if trusted { None } else { user_until };
-    let until = user_until.into_iter().chain(address_until).max().unwrap_or(0);
+    let others = if trusted { None } else { user_until.max(address_until) };
+    let until = pair.max(others).unwrap_or(0);
     Ok((until > now).then(|| Duration::from_millis(until - now)))
 }
 
@@ -352,7 +454,7 @@ async fn record_failure(state: &AppState, user: &str, address: &str) -> Result<(
     let c = &state.config;
     let k = &state.auth.keys;
     let mut inv = scripts::AUTH_FAILURE.script().prepare_invoke();
-    inv.key(k.user_failures(user)).key(k.address_failures(address));
+    inv.key(k.pair_failures(user, address)).key(k.user_failures(user)).key(k.address_failures(address));
     inv.arg(kvcm_core::store::now_ms())
         .arg(c.auth_backoff_after)
         .arg(c.auth_backoff_base_ms)
@@ -365,8 +467,9 @@ async fn record_failure(state: &AppState, user: &str, address: &str) -> Result<(
 }
 
 /// A successful login marks the address as one the user logs in from: exempt from the user's
-/// back-off for the failure window. It does not clear the user's failures — a guesser spread over
-/// many addresses would otherwise get a fresh allowance each time the real user logs in.
+/// and the address's back-off (not the pair's) for the failure window. It does not clear the
+/// user's failures — a guesser spread over many addresses would otherwise get a fresh allowance
+/// each time the real user logs in.
 async fn record_success(state: &AppState, user: &str, address: &str) -> Result<(), Error> {
     let k = &state.auth.keys;
     let window = state.config.auth_failure_window_s;

@@ -138,9 +138,12 @@ async fn bootstrap_admin(config: &Config, registry: &Registry) -> anyhow::Result
     Ok(())
 }
 
-/// Fails closed (docs/security.md): meta auth with no credential to pass it, or an admin plane
-/// reachable beyond loopback with no admin to guard it, refuse to start.
+/// Fails closed (docs/security.md): meta auth with no credential to pass it, or a listener
+/// reachable beyond loopback with no admin in charge, refuse to start.
 fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot) -> anyhow::Result<()> {
+    // Computed now, so the first unknown user costs what every later one does (and a failure of
+    // the system's random source stops the start, not a login).
+    kvcm_core::auth::init_dummy_hash().context("cannot prepare password checks")?;
     let loopback = |addr: &str| addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
     if config.meta_auth && !snap.has_credentials() {
         anyhow::bail!(
@@ -149,13 +152,17 @@ fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot)
              create the first admin, then create engine API keys with createApiKey"
         );
     }
-    if !loopback(config.admin_bind()) && !snap.has_admin() && !config.allow_anonymous_admin {
+    // Either listener beyond loopback: whoever reaches it must find an admin in charge.
+    let exposed = [config.bind.as_str(), config.admin_bind()].into_iter().find(|a| !loopback(a));
+    if let Some(addr) = exposed
+        && !snap.has_admin()
+        && !config.allow_anonymous_admin
+    {
         anyhow::bail!(
-            "the admin plane would listen on {} (not loopback) with no admin account, open to anyone who \
-             reaches it: set bootstrap_admin_user (and KVCM_BOOTSTRAP_ADMIN_PASSWORD or \
-             bootstrap_admin_password_file), bind it to loopback with admin_bind = \"127.0.0.1\", or accept \
-             the risk with allow_anonymous_admin = true",
-            config.admin_bind()
+            "kvcm-api would listen on {addr} (not loopback) with no admin account or admin API key: set \
+             bootstrap_admin_user (and KVCM_BOOTSTRAP_ADMIN_PASSWORD or bootstrap_admin_password_file), listen \
+             on loopback only, or accept an admin plane open to whoever reaches it with \
+             allow_anonymous_admin = true"
         );
     }
     if !loopback(&config.bind) && !config.meta_auth {
@@ -294,19 +301,16 @@ impl Server {
 async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis(state.config.registry_refresh_ms);
     let mut failing = false;
-    let mut pruned_at = state.registry.snapshot().version;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let result = state.registry.refresh().await;
-        // Pruned whenever the snapshot moved, by this refresh or by a write through this frontend.
+        // Every tick (cheap: at most max_instance_metric_labels entries), so a request in flight
+        // that re-labelled a just-removed instance is pruned again too.
         let snap = state.registry.snapshot();
-        if snap.version != pruned_at {
-            state.metrics.retain_instances(|i| snap.instances.contains_key(i));
-            pruned_at = snap.version;
-        }
+        state.metrics.retain_instances(|i| snap.instances.contains_key(i));
         match result {
             Ok(_) if failing => {
                 failing = false;

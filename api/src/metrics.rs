@@ -8,7 +8,7 @@
 //!
 //! Per-instance series are bounded too: only registered instances are ever labelled (handlers
 //! record after resolving the instance), at most `max_instance_metric_labels` of them (later
-//! ones count as `_other`), and [`Metrics::retain_instances`] drops the series of instances that
+//! ones count as `{other}`), and [`Metrics::retain_instances`] drops the series of instances that
 //! were removed.
 
 use crate::reply::WireCode;
@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-/// The instance label of instances past the cap.
-pub const OTHER_INSTANCES: &str = "_other";
+/// The instance label of instances past the cap (braces: no instance id can be this).
+pub const OTHER_INSTANCES: &str = "{other}";
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -146,7 +146,7 @@ impl Metrics {
         })
     }
 
-    /// The label of a (registered) instance: its id while under the cap, else `_other`.
+    /// The label of a (registered) instance: its id while under the cap, else `{other}`.
     fn instance_label<'a>(&self, instance: &'a str) -> &'a str {
         if self.labelled.read().unwrap_or_else(|p| p.into_inner()).contains(instance) {
             return instance;
@@ -322,7 +322,7 @@ mod tests {
         m.written("c", 3);
         let text = m.render();
         assert!(text.contains(r#"instance="a""#) && text.contains(r#"instance="b""#), "{text}");
-        assert!(!text.contains(r#"instance="c""#) && text.contains(r#"instance="_other""#), "{text}");
+        assert!(!text.contains(r#"instance="c""#) && text.contains(r#"instance="{other}""#), "{text}");
         m.retain_instances(|i| i != "a");
         let text = m.render();
         assert!(!text.contains(r#"instance="a""#), "{text}");

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use sha2::{Digest, Sha256};
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 use subtle::ConstantTimeEq;
 
 /// The prefix of every API key (lets secret scanners recognise leaked kvcm keys).
@@ -46,15 +46,32 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
     }
 }
 
-/// A hash of a random password nobody knows, with the same parameters as real hashes: what an
-/// unknown user's password is checked against, so that the check costs the same.
-pub fn dummy_hash() -> &'static str {
-    static DUMMY: LazyLock<String> = LazyLock::new(|| {
-        let password = hex(&random_bytes::<16>().unwrap_or([7; 16]));
-        hash_password(&password).unwrap_or_default()
-    });
-    &DUMMY
+static DUMMY: OnceLock<String> = OnceLock::new();
+
+/// Computes [`dummy_hash`] (once; later calls do nothing). Servers call it at start, so that a
+/// failure of the random source stops the start instead of weakening a login.
+pub fn init_dummy_hash() -> Result<()> {
+    if DUMMY.get().is_none() {
+        let hash = hash_password(&hex(&random_bytes::<16>()?))?;
+        let _ = DUMMY.set(hash);
+    }
+    Ok(())
 }
+
+/// A hash of a random password nobody knows, with the same parameters as real hashes: what an
+/// unknown user's password is checked against, so that the check costs the same. Computed on
+/// first use if [`init_dummy_hash`] was not called; should that fail, a fixed PHC string with
+/// the same parameters and a known-unguessable input is used.
+pub fn dummy_hash() -> &'static str {
+    if DUMMY.get().is_none() {
+        let _ = init_dummy_hash();
+    }
+    DUMMY.get().map(String::as_str).unwrap_or(FALLBACK_DUMMY)
+}
+
+/// Argon2id (default parameters) of 32 random bytes nobody kept.
+const FALLBACK_DUMMY: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$hrwxGvPqDDv3l3oWMpMmYw$VyA4UXPOdSRBT1brVPp8kkgMOQnqmvFuXpp8rrK/lHM";
 
 /// A new API key: `(key id, token)`. The token is shown to its creator once and never stored.
 pub fn new_api_key() -> Result<(String, String)> {
@@ -103,6 +120,10 @@ mod tests {
         assert_eq!(params(dummy_hash()), params(&real));
         assert!(!verify_password("", dummy_hash()));
         assert!(!verify_password("password", dummy_hash()));
+        // The fallback parses, so it costs a full verification too.
+        assert!(PasswordHash::new(FALLBACK_DUMMY).is_ok());
+        assert_eq!(params(FALLBACK_DUMMY), params(&real));
+        assert!(!verify_password("", FALLBACK_DUMMY));
     }
 
     #[test]

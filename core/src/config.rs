@@ -60,14 +60,16 @@ impl std::fmt::Debug for ValkeyUrl {
 }
 
 /// A URL with the password of its `user:password@` part replaced by `***` (the user name stays:
-/// it helps diagnose ACL problems and is not a secret). Anything that is not a URL with
-/// credentials comes back unchanged.
+/// it helps diagnose ACL problems and is not a secret). Anything without an `@` comes back
+/// unchanged.
+///
+/// Credentials end at the *last* `@` of the URL: a password may contain `/`, `?`, `#` or `@`
+/// (generated ones often do), so the authority cannot be delimited first. An `@` in a path or
+/// query makes this redact more than the credentials — safe, never less.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    // The authority ends at the first '/', '?' or '#'; credentials end at its last '@'.
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..end].rfind('@') else { return url.to_string() };
-    let user = rest[..at].split_once(':').map(|(u, _)| u);
+    let Some(at) = rest.rfind('@') else { return url.to_string() };
+    let user = rest[..at].split_once(':').map(|(u, _)| u).filter(|u| !u.contains(['/', '?', '#']));
     match user {
         Some(u) => format!("{scheme}://{u}:***@{}", &rest[at + 1..]),
         None => format!("{scheme}://***@{}", &rest[at + 1..]),
@@ -260,8 +262,12 @@ impl Config {
         if self.auth_backoff_base_ms == 0 || self.auth_backoff_base_ms > self.auth_backoff_max_ms {
             return bad("auth_backoff_base_ms", "must be within 1..=auth_backoff_max_ms");
         }
-        if self.auth_failure_window_s == 0 {
-            return bad("auth_failure_window_s", "must be positive");
+        const MONTH_MS: u64 = 30 * 86_400_000;
+        if self.auth_failure_window_s == 0 || self.auth_failure_window_s > MONTH_MS / 1000 {
+            return bad("auth_failure_window_s", "must be within 1..=2592000 (30 days)");
+        }
+        if self.auth_backoff_max_ms > MONTH_MS {
+            return bad("auth_backoff_max_ms", "must be at most 2592000000 (30 days)");
         }
         if !self.client_ip_header.is_empty() && valid_header_name(&self.client_ip_header).is_none() {
             return bad("client_ip_header", "must be a valid HTTP header name such as x-forwarded-for");
@@ -448,7 +454,11 @@ mod tests {
         assert_eq!(redact_url("redis://u:hunter2@h:6379/0"), "redis://u:***@h:6379/0");
         assert_eq!(redact_url("rediss://:tok3n@h:6380"), "rediss://:***@h:6380");
         assert_eq!(redact_url("rediss://tok3n@h:6380"), "rediss://***@h:6380");
-        assert_eq!(redact_url("rediss://h:6380?x=a@b"), "rediss://h:6380?x=a@b");
+        assert_eq!(redact_url("rediss://h:6380?x=a@b"), "rediss://h:***@b", "over-redacts, never leaks");
+        for secret in ["p/w", "p?w", "p#w", "p@w", "a/b+c=="] {
+            let shown = redact_url(&format!("redis://user:{secret}@h:1/0"));
+            assert_eq!(shown, "redis://user:***@h:1/0", "{secret}");
+        }
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         let e = Config::load_from(None, &env(&[("KVCM_VALKEY_URL", "http://u:hunter2@x")])).unwrap_err().to_string();
         assert!(!e.contains("hunter2") && e.contains("valkey_url"), "{e}");

@@ -76,10 +76,10 @@ impl RegistryKeys {
 }
 
 /// Keys counting failed password checks (shared by every frontend), under the tag `{auth}`:
-/// `<ns>:v1:{auth}:fu:<user>` and `…:fa:<client address>` (hashes `n` = failures, `until` =
-/// back-off end in ms), and `…:ok:<user>:<address>` (an address that logged in as the user
-/// recently, exempt from the user's back-off). User names are validated names and addresses are
-/// IP literals, so neither can contain a brace.
+/// `<ns>:v1:{auth}:fu:<user>`, `…:fa:<client address>` and `…:fp:<user>:<address>` (hashes
+/// `n` = failures, `until` = back-off end in ms), and `…:ok:<user>:<address>` (an address that
+/// logged in as the user recently). User names are validated names and addresses are IP
+/// literals or /64 prefixes, so neither can contain a brace.
 #[derive(Debug, Clone)]
 pub struct AuthKeys {
     prefix: String,
@@ -94,6 +94,9 @@ impl AuthKeys {
     }
     pub fn address_failures(&self, address: &str) -> String {
         format!("{}fa:{address}", self.prefix)
+    }
+    pub fn pair_failures(&self, user: &str, address: &str) -> String {
+        format!("{}fp:{user}:{address}", self.prefix)
     }
     pub fn trusted_address(&self, user: &str, address: &str) -> String {
         format!("{}ok:{user}:{address}", self.prefix)
@@ -277,6 +280,7 @@ mod tests {
         let s = slot(&k.user_failures("root"));
         assert_eq!(s, slot(&k.address_failures("10.0.0.1")));
         assert_eq!(s, slot(&k.trusted_address("root", "::1")));
+        assert_eq!(s, slot(&k.pair_failures("root", "10.0.0.1")));
         assert_eq!(s, slot("{auth}"));
     }
 

@@ -45,7 +45,17 @@ impl Default for Limits {
     }
 }
 
+/// The hard caps of name and id lengths (what the configuration may raise them to).
+pub const HARD_NAME_CAP: usize = 1024;
+
 impl Limits {
+    /// These limits with names and instance ids at their hard caps: for names of things that may
+    /// exist already (created before an operator lowered `max_name_bytes`), which must stay
+    /// reachable — to log in, to read, to remove.
+    pub fn for_lookups(&self) -> Limits {
+        Limits { max_name_bytes: HARD_NAME_CAP, max_instance_id_bytes: HARD_NAME_CAP, ..self.clone() }
+    }
+
     /// A string field of at most `max_string_bytes`.
     pub fn string(&self, field: &str, value: &str) -> Result<()> {
         if value.len() > self.max_string_bytes {

@@ -2,7 +2,8 @@
 //! description without credentials, every described route answers as described, the requests
 //! and replies of a realistic session conform to their schemas, and the checked-in files are
 //! valid OpenAPI 3.1. The last two use an independent validator (Python's
-//! `openapi-spec-validator` and its `openapi-schema-validator`, installed by `infra/deps.sh`).
+//! `openapi-spec-validator` and its `openapi-schema-validator`, installed by
+//! `infra/install-python-tools.sh`, which `infra/deps.sh` runs).
 
 use kvcm_tests::*;
 use serde_json::{Value, json};
@@ -92,9 +93,9 @@ async fn every_described_route_answers_with_a_described_status_and_the_required_
     }
 }
 
-/// `python3` with the validator installed by `infra/deps.sh` on its path.
+/// `python3` with the validator (installed by `infra/install-python-tools.sh`) on its path.
 fn python_with_validator() -> Command {
-    let tools = repo_root().join(".kvcm/tools/openapi-spec-validator");
+    let tools = repo_root().join(".kvcm/tools/python");
     assert!(
         tools.join("openapi_spec_validator").is_dir(),
         "openapi-spec-validator is missing from {}: run infra/deps.sh (make test does)",

@@ -210,9 +210,9 @@ async fn unsafe_configurations_refuse_to_start_and_say_why() {
     // Explicitly accepted: starts, and the admin plane is open.
     let open = Api::start_with(&unique("ns"), &[exposed[0], ("KVCM_ALLOW_ANONYMOUS_ADMIN", "true")]);
     assert_ok(&open.admin("listStorage", json!({})).await);
-    // Only the meta plane exposed, the admin plane on loopback: starts.
-    let split = Api::start_with(&unique("ns"), &[exposed[0], ("KVCM_ADMIN_BIND", "127.0.0.1")]);
-    assert!(split.admin.contains("127.0.0.1"), "{}", split.admin);
+    // Only the meta plane exposed, the admin plane on loopback: still refused without an admin.
+    let failed = Api::try_start(&unique("ns"), &[exposed[0], ("KVCM_ADMIN_BIND", "127.0.0.1")]).err().expect("refused");
+    assert!(failed.stderr.contains("0.0.0.0 (not loopback)"), "{}", failed.stderr);
     // A bootstrap admin from a secret file: starts, and the admin plane requires it.
     let dir = repo_root().join(".kvcm/test-tmp").join(unique("secret"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -563,4 +563,86 @@ fn base64_encode(s: &str) -> String {
         }
     }
     out
+}
+
+#[tokio::test]
+async fn admin_api_keys_close_the_admin_plane_and_the_last_admin_credential_stays() {
+    let api = Api::start();
+    let (_, r) = api.admin("createApiKey", json!({"name": "terraform", "role": "ROLE_ADMIN"})).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let key = format!("Bearer {}", r["token"].as_str().unwrap());
+    let id = r["api_key"]["key_id"].as_str().unwrap().to_string();
+    assert_eq!(api.admin("listStorage", json!({})).await.0, 401, "an admin key closes the open admin plane");
+    assert_ok(&api.post(&api.admin, "listStorage", "{}".into(), Some(&key)).await);
+    // The only admin credential cannot be revoked …
+    let before = dump_namespace(&api.namespace).await;
+    let r = api.post(&api.admin, "revokeApiKey", json!({"key_id": id}).to_string(), Some(&key)).await;
+    assert_err(&r, "INVALID_ARGUMENT", "last ROLE_ADMIN credential");
+    assert_eq!(dump_namespace(&api.namespace).await, before);
+    // … until another admin (an account here) replaces it; then neither is "the last" alone.
+    let add = json!({"user_name": "root", "password": "root-pass-1", "role": "ROLE_ADMIN"}).to_string();
+    assert_ok(&api.post(&api.admin, "addAccount", add, Some(&key)).await);
+    assert_ok(&api.post(&api.admin, "revokeApiKey", json!({"key_id": id}).to_string(), Some(ADMIN)).await);
+    assert_eq!(api.post(&api.admin, "listStorage", "{}".into(), Some(&key)).await.0, 401);
+    let r = api.post(&api.admin, "deleteAccount", json!({"user_name": "root"}).to_string(), Some(ADMIN)).await;
+    assert_err(&r, "INVALID_ARGUMENT", "last ROLE_ADMIN credential");
+}
+
+#[tokio::test]
+async fn a_name_found_missing_is_found_once_registered_elsewhere() {
+    // B's refresh timer is off: only its miss handling can discover what A registers.
+    let ns = unique("ns");
+    let (a, b) = (Api::start_with(&ns, &[]), Api::start_with(&ns, &[("KVCM_REGISTRY_REFRESH_MS", "60000")]));
+    let root = repo_root().join(".kvcm/test-data").join(unique("neg"));
+    assert_ok(
+        &a.admin("addStorage", json!({"storage": {"global_unique_name": "s", "nfs": {"root_path": root}}})).await,
+    );
+    assert_ok(
+        &a.admin("createInstanceGroup", json!({"instance_group": {"name": "g", "storage_candidates": ["s"]}})).await,
+    );
+    let get = json!({"instance_id": "x"});
+    assert_eq!(code(&b.meta("getInstanceInfo", get.clone()).await.1), "INSTANCE_NOT_EXIST");
+    assert_ok(&a.meta("registerInstance", registration("g", "x")).await);
+    let found = eventually(Duration::from_secs(5), || async {
+        (code(&b.meta("getInstanceInfo", get.clone()).await.1) == "OK").then_some(())
+    })
+    .await;
+    assert!(found.is_some(), "B never saw the instance A registered after B found it missing");
+}
+
+#[tokio::test]
+async fn a_burst_of_guesses_runs_argon2_only_until_the_back_off_starts() {
+    let api = secured(&[("KVCM_AUTH_BACKOFF_AFTER", "3"), ("KVCM_AUTH_BACKOFF_BASE_MS", "600000")]);
+    let checks = "kvcm_auth_password_checks_total";
+    let before = api.metric(checks).await;
+    // 24 guesses at once: all pass the first back-off check before any has failed, then queue
+    // for Argon2; once three have failed, the rest are refused at their turn without running it.
+    let guesses = (0..24).map(|i| {
+        api.post(
+            &api.admin,
+            "listStorage",
+            "{}".into(),
+            Some(Box::leak(format!("Bearer root:guess-{i}").into_boxed_str())),
+        )
+    });
+    let statuses: Vec<u16> = futures::future::join_all(guesses).await.into_iter().map(|(s, _)| s).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 401).count(), 3, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
+    assert_eq!(api.metric(checks).await - before, 3.0, "Argon2 ran only for the guesses before the back-off");
+}
+
+#[tokio::test]
+async fn guesses_cut_short_by_the_request_deadline_are_still_counted() {
+    // A deadline far shorter than Argon2: every guess is answered 408 while its check runs on.
+    let api = secured(&[
+        ("KVCM_AUTH_BACKOFF_AFTER", "3"),
+        ("KVCM_AUTH_BACKOFF_BASE_MS", "600000"),
+        ("KVCM_REQUEST_TIMEOUT_MS", "3"),
+    ]);
+    let backed_off = eventually(Duration::from_secs(20), || async {
+        let (status, _) = api.post(&api.admin, "listStorage", "{}".into(), Some("Bearer root:a-guess")).await;
+        (status == 429).then_some(())
+    })
+    .await;
+    assert!(backed_off.is_some(), "guesses whose requests were dropped were never counted");
 }

@@ -23,7 +23,7 @@ use std::time::Instant;
 /// The instance a request names, with the snapshot it was found in, once the caller is known to
 /// be allowed to act on its group.
 pub async fn instance(s: &AppState, caller: &Caller, id: &str) -> Result<(Arc<Snapshot>, Arc<InstanceInfo>)> {
-    validate::instance_id(s.registry.limits(), id)?;
+    validate::instance_id(s.registry.lookup_limits(), id)?;
     let inst = s.registry.instance(id).await?;
     caller.authorize(&inst.instance_group_name, &format!("instance '{id}'"))?;
     Ok((s.registry.snapshot(), inst))

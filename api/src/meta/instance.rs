@@ -7,6 +7,7 @@ use crate::auth::Caller;
 use crate::reply::{Reply, WireJson};
 use crate::state::AppState;
 use axum::extract::State;
+use kvcm_core::wire::StatusCode;
 use kvcm_core::wire::meta::{MetaGetInstanceInfoResponse, RegisterInstanceResponse};
 use kvcm_core::wire::{GetInstanceInfoRequest, RegisterInstanceRequest};
 
@@ -17,8 +18,20 @@ pub async fn register(
 ) -> Reply<RegisterInstanceResponse> {
     Reply(
         async {
+            // Validated first: a refusal must not echo an unbounded id.
+            kvcm_core::registry::validate::registration(s.registry.limits(), &req)?;
             authorize_registration(&s, &caller, &req)?;
-            s.registry.register_instance(&req).await.map(|storage_configs| RegisterInstanceResponse { storage_configs })
+            match s.registry.register_instance(&req).await {
+                Ok(storage_configs) => Ok(RegisterInstanceResponse { storage_configs }),
+                // The id was taken: the snapshot above may have predated it (registered through
+                // another frontend just now). Its group decides, before the diff names it.
+                Err(e @ kvcm_core::Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
+                    s.registry.refresh().await?;
+                    authorize_registration(&s, &caller, &req)?;
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            }
         }
         .await,
     )

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 /// Longest accepted password (Argon2 hashes any length; this bounds the work per attempt).
 pub const MAX_PASSWORD_BYTES: usize = 1024;
 
-/// An account as stored: the password only as an Argon2id PHC string.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An account as stored: the password only as an Argon2id PHC string. (`Debug` omits the hash.)
+#[derive(Clone, Serialize, Deserialize)]
 pub struct StoredAccount {
     pub user_name: String,
     pub role: AccountRole,
@@ -28,8 +28,8 @@ pub struct StoredAccount {
     pub instance_groups: Vec<String>,
 }
 
-/// An API key as stored: the SHA-256 of its token, never the token.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An API key as stored: the SHA-256 of its token, never the token. (`Debug` omits the digest.)
+#[derive(Clone, Serialize, Deserialize)]
 pub struct StoredApiKey {
     pub key_id: String,
     pub name: String,
@@ -38,6 +38,27 @@ pub struct StoredApiKey {
     pub instance_groups: Vec<String>,
     pub token_sha256: String,
     pub create_time_ms: i64,
+}
+
+impl std::fmt::Debug for StoredAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredAccount")
+            .field("user_name", &self.user_name)
+            .field("role", &self.role)
+            .field("instance_groups", &self.instance_groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for StoredApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredApiKey")
+            .field("key_id", &self.key_id)
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("instance_groups", &self.instance_groups)
+            .finish_non_exhaustive()
+    }
 }
 
 impl StoredApiKey {
@@ -84,15 +105,15 @@ impl Registry {
         };
         let json = serde_json::to_string(&acct).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_ADD_ACCOUNT, &[&k.version, &k.accounts], &[user, &json, role.name()])
+        self.write(&scripts::REGISTRY_ADD_ACCOUNT, &[&k.version, &k.accounts, &k.api_keys], &[user, &json, role.name()])
             .await
             .map(drop)
     }
 
     pub async fn delete_account(&self, user: &str) -> Result<()> {
-        validate::name(&self.limits, "user_name", user)?;
+        validate::name(&self.lookup_limits, "user_name", user)?;
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_DELETE_ACCOUNT, &[&k.version, &k.accounts], &[user]).await.map(drop)
+        self.write(&scripts::REGISTRY_DELETE_ACCOUNT, &[&k.version, &k.accounts, &k.api_keys], &[user]).await.map(drop)
     }
 
     pub async fn list_accounts(&self) -> Result<Vec<Account>> {
@@ -115,7 +136,10 @@ impl Registry {
         let snap = self.current().await?;
         if let Some(existing) = snap.accounts.get(user) {
             if existing.role != AccountRole::ROLE_ADMIN {
-                tracing::warn!(%user, "the bootstrap admin exists with ROLE_USER; it was left unchanged");
+                return Err(Error::invalid(format!(
+                    "account '{user}' exists with ROLE_USER, so it cannot be the bootstrap admin; choose another \
+                     bootstrap_admin_user"
+                )));
             }
             return Ok(false);
         }
@@ -138,19 +162,26 @@ impl Registry {
     ) -> Result<(ApiKey, String)> {
         validate::name(&self.limits, "name", name)?;
         let instance_groups = validate::scopes(&self.limits, role, instance_groups)?;
-        let (key_id, token) = crate::auth::new_api_key()?;
-        let key = StoredApiKey {
-            key_id: key_id.clone(),
-            name: name.into(),
-            role,
-            instance_groups,
-            token_sha256: crate::auth::api_key_digest(&token),
-            create_time_ms: crate::store::now_ms() as i64,
-        };
-        let json = serde_json::to_string(&key).map_err(|e| Error::internal(e.to_string()))?;
-        let k = &self.keys;
-        self.write(&scripts::REGISTRY_ADD_API_KEY, &[&k.version, &k.api_keys], &[&key_id, &json]).await?;
-        Ok((key.listed(), token))
+        // Ids are 64 random bits: a collision is all but impossible, and answered by drawing again.
+        let mut attempts = 3;
+        loop {
+            let (key_id, token) = crate::auth::new_api_key()?;
+            let key = StoredApiKey {
+                key_id: key_id.clone(),
+                name: name.into(),
+                role,
+                instance_groups: instance_groups.clone(),
+                token_sha256: crate::auth::api_key_digest(&token),
+                create_time_ms: crate::store::now_ms() as i64,
+            };
+            let json = serde_json::to_string(&key).map_err(|e| Error::internal(e.to_string()))?;
+            let k = &self.keys;
+            match self.write(&scripts::REGISTRY_ADD_API_KEY, &[&k.version, &k.api_keys], &[&key_id, &json]).await {
+                Ok(_) => return Ok((key.listed(), token)),
+                Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) if attempts > 1 => attempts -= 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKey>> {
@@ -165,7 +196,9 @@ impl Registry {
             return Err(Error::invalid("key_id must be the 16 hex digits listApiKeys shows"));
         }
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_REVOKE_API_KEY, &[&k.version, &k.api_keys], &[key_id]).await.map(drop)
+        self.write(&scripts::REGISTRY_REVOKE_API_KEY, &[&k.version, &k.api_keys, &k.accounts], &[key_id])
+            .await
+            .map(drop)
     }
 
     /// The stored API key with this id, refreshing once if it is not known here (a key created

@@ -11,9 +11,12 @@
 //!   one frontend is usable on every other immediately. Admin-plane reads refresh first too.
 //! * **No amplification**: checks and reloads are single-flight — at most one is in flight per
 //!   frontend, and a caller that waited for one issued after it asked uses that one's result
-//!   instead of issuing its own. A name found missing is remembered (per kind, while the
-//!   snapshot's version is unchanged, for `negative_cache`), so a flood of requests naming
-//!   unknown instances, groups or API keys costs Valkey nothing after the first.
+//!   instead of issuing its own. A name found missing is remembered for `negative_cache`
+//!   (default 50 ms, and only while the snapshot's version is unchanged), so a flood of requests
+//!   naming one unknown instance, group or API key costs at most one version check per window.
+//!   The price: a name asked for and found missing within that window before it was registered
+//!   elsewhere is still answered missing until the window ends; a name not asked for before is
+//!   checked at once.
 //!
 //! Failure: if Valkey is unreachable, writes fail with SERVICE_NOT_READY and the cached
 //! snapshot keeps serving reads of known instances.
@@ -22,7 +25,7 @@ mod accounts;
 pub mod tair_format;
 pub mod validate;
 
-pub use accounts::{StoredAccount, StoredApiKey};
+pub use accounts::{MAX_PASSWORD_BYTES, StoredAccount, StoredApiKey};
 
 use crate::error::{Error, Result};
 use crate::keys::RegistryKeys;
@@ -60,9 +63,11 @@ impl Snapshot {
             .unwrap_or_default()
     }
 
-    /// Whether an account with ROLE_ADMIN exists (then the admin plane requires one).
+    /// Whether an admin credential (account or API key with ROLE_ADMIN) exists: then the admin
+    /// plane requires one.
     pub fn has_admin(&self) -> bool {
         self.accounts.values().any(|a| a.role == AccountRole::ROLE_ADMIN)
+            || self.api_keys.values().any(|k| k.role == AccountRole::ROLE_ADMIN)
     }
 
     /// Whether any credential exists that could call the meta plane.
@@ -108,7 +113,7 @@ pub struct RegistryOptions {
 
 impl Default for RegistryOptions {
     fn default() -> Self {
-        RegistryOptions { limits: Limits::default(), negative_cache: Duration::from_secs(1) }
+        RegistryOptions { limits: Limits::default(), negative_cache: Duration::from_millis(50) }
     }
 }
 
@@ -134,6 +139,9 @@ pub struct Registry {
     conn: ClusterConnection,
     keys: RegistryKeys,
     limits: Limits,
+    /// `limits` with names and ids at their hard caps, for looking up what exists: lowering a
+    /// bound must not strand an account or instance created under a higher one.
+    lookup_limits: Limits,
     cache: RwLock<Arc<Snapshot>>,
     /// Held while a version check or reload is in flight (single flight).
     reload_lock: tokio::sync::Mutex<()>,
@@ -159,6 +167,7 @@ impl Registry {
         let reg = Arc::new(Registry {
             conn,
             keys: RegistryKeys::new(namespace),
+            lookup_limits: options.limits.for_lookups(),
             limits: options.limits,
             cache: RwLock::new(Arc::new(Snapshot::default())),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -182,9 +191,14 @@ impl Registry {
         (self.checks.load(Ordering::Relaxed), self.reloads.load(Ordering::Relaxed))
     }
 
-    /// The request bounds this registry validates against.
+    /// The request bounds this registry validates new things against.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The bounds for names of things that may already exist (see [`Limits::for_lookups`]).
+    pub fn lookup_limits(&self) -> &Limits {
+        &self.lookup_limits
     }
 
     fn conn(&self) -> ClusterConnection {
@@ -267,13 +281,19 @@ impl Registry {
         let snap = Arc::new(snap);
         let current = {
             let mut w = self.cache.write().unwrap_or_else(|p| p.into_inner());
-            // Never go backwards (reloads are serialised, but a registry restored from an older
-            // backup would otherwise flip frontends back and forth).
-            if snap.version >= w.version {
-                *w = snap.clone();
+            // Reloads are serialised, so a lower version means the store itself went back (a
+            // failover that lost the last changes, a restore, a flush): serve what it holds now.
+            if snap.version < w.version {
+                tracing::warn!(
+                    from = w.version,
+                    to = snap.version,
+                    "the registry version went back in Valkey (failover, restore or flush); serving what it holds now"
+                );
             }
+            *w = snap.clone();
             w.clone()
         };
+        self.absent.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.mark_fresh(issued);
         Ok(current)
     }
@@ -406,7 +426,7 @@ impl Registry {
     }
 
     pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
-        validate::name(&self.limits, "storage_unique_name", name)?;
+        validate::name(&self.lookup_limits, "storage_unique_name", name)?;
         let k = &self.keys;
         let flag = if available { "1" } else { "0" };
         self.write(
@@ -433,7 +453,7 @@ impl Registry {
     }
 
     pub async fn remove_storage(&self, name: &str) -> Result<()> {
-        validate::name(&self.limits, "storage_unique_name", name)?;
+        validate::name(&self.lookup_limits, "storage_unique_name", name)?;
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_STORAGE,
@@ -476,7 +496,7 @@ impl Registry {
     }
 
     pub async fn remove_group(&self, name: &str) -> Result<()> {
-        validate::name(&self.limits, "name", name)?;
+        validate::name(&self.lookup_limits, "name", name)?;
         let k = &self.keys;
         self.write(&scripts::REGISTRY_REMOVE_GROUP, &[&k.version, &k.groups, &k.group_instances], &[name])
             .await
@@ -484,7 +504,7 @@ impl Registry {
     }
 
     pub async fn get_group(&self, name: &str) -> Result<InstanceGroup> {
-        validate::name(&self.limits, "name", name)?;
+        validate::name(&self.lookup_limits, "name", name)?;
         self.current()
             .await?
             .groups
@@ -554,7 +574,7 @@ impl Registry {
 
     /// Removes an instance from the registry. `group`, if not empty, must be its group.
     pub async fn remove_instance(&self, id: &str, group: &str) -> Result<String> {
-        validate::instance_id(&self.limits, id)?;
+        validate::instance_id(&self.lookup_limits, id)?;
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_INSTANCE,

@@ -310,7 +310,8 @@ pub struct ListInstanceInfoRequest {
     pub instance_group_name: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+/// (Its `Debug` omits the password.)
+#[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct AddAccountRequest {
     pub trace_id: String,
@@ -322,6 +323,22 @@ pub struct AddAccountRequest {
     #[serde(deserialize_with = "null_default")]
     #[schema(nullable)]
     pub instance_groups: Vec<String>,
+}
+
+impl std::fmt::Debug for AddAccountRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddAccountRequest")
+            .field("user_name", &self.user_name)
+            .field("role", &self.role)
+            .field("instance_groups", &self.instance_groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for CreateApiKeyResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateApiKeyResponse").field("api_key", &self.api_key).finish_non_exhaustive()
+    }
 }
 
 /// kvcm extension: `createApiKey`.
@@ -401,7 +418,8 @@ pub struct ListAccountResponse {
 }
 
 /// kvcm extension: the new key, with its token — shown this once, never again.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+/// (Its `Debug` omits the token.)
+#[derive(Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CreateApiKeyResponse {
     /// `kvcm_<key id>_<secret>`: send it as `Authorization: Bearer <token>`. Not stored.
