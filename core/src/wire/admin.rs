@@ -310,7 +310,7 @@ pub struct ListInstanceInfoRequest {
     pub instance_group_name: String,
 }
 
-/// (Its `Debug` omits the password.)
+// (Its `Debug` omits the password.)
 #[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct AddAccountRequest {
@@ -418,7 +418,7 @@ pub struct ListAccountResponse {
 }
 
 /// kvcm extension: the new key, with its token — shown this once, never again.
-/// (Its `Debug` omits the token.)
+// (Its `Debug` omits the token.)
 #[derive(Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CreateApiKeyResponse {
