@@ -28,7 +28,7 @@ pub struct Limits {
     pub max_name_bytes: usize,
     /// Longest instance id.
     pub max_instance_id_bytes: usize,
-    /// Longest free-text field (model deployment strings, user data, paths, trace ids…).
+    /// Longest free-text field (model deployment strings, user data, storage paths…).
     pub max_string_bytes: usize,
     /// Most entries of a list of names (storage candidates, credential scopes).
     pub max_list_items: usize,
