@@ -5,6 +5,7 @@
 -- KEYS[1] version   string counter
 -- KEYS[2] accounts  hash user -> {"user_name", "role", "password_hash", "instance_groups"} JSON
 -- KEYS[3] api_keys  hash key id -> {"role", …} JSON (only read: does an admin key exist?)
+-- (admins() comes from lua/lib/accounts.lua.)
 -- ARGV[1] user name
 -- ARGV[2] account JSON (password already hashed by the caller)
 -- ARGV[3] role name: "ROLE_ADMIN" or "ROLE_USER"
@@ -14,14 +15,6 @@
 if #KEYS ~= 3 or #ARGV ~= 3 then return redis.error_reply('registry_add_account: expected 3 keys, 3 args') end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
   return {6, "account '" .. ARGV[1] .. "' already exists; delete it first to change its password or role"}
-end
-local function admins(hash)
-  local n = 0
-  for _, v in ipairs(redis.call('HVALS', hash)) do
-    local ok, a = pcall(cjson.decode, v)
-    if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' then n = n + 1 end
-  end
-  return n
 end
 if ARGV[3] ~= 'ROLE_ADMIN' and admins(KEYS[2]) + admins(KEYS[3]) == 0 then
   return {5, "the first account must have role ROLE_ADMIN: the admin plane needs an admin once " ..

@@ -6,6 +6,7 @@
 -- KEYS[1] version   string counter
 -- KEYS[2] accounts  hash user -> account JSON
 -- KEYS[3] api_keys  hash key id -> API key JSON (only read)
+-- (admins() comes from lua/lib/accounts.lua.)
 -- ARGV[1] user name
 --
 -- Reply: {1, new_version} | {5, message} (unknown account, or the last admin)
@@ -13,14 +14,6 @@
 if #KEYS ~= 3 or #ARGV ~= 1 then return redis.error_reply('registry_delete_account: expected 3 keys, 1 arg') end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return {5, "account '" .. ARGV[1] .. "' does not exist"} end
-local function admins(hash)
-  local n = 0
-  for _, v in ipairs(redis.call('HVALS', hash)) do
-    local ok, a = pcall(cjson.decode, v)
-    if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' then n = n + 1 end
-  end
-  return n
-end
 local ok, a = pcall(cjson.decode, cur)
 if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' and admins(KEYS[2]) + admins(KEYS[3]) <= 1 then
   return {5, "account '" .. ARGV[1] .. "' is the last ROLE_ADMIN credential and can never be deleted; " ..

@@ -4,6 +4,7 @@
 -- KEYS[1] version   string counter
 -- KEYS[2] api_keys  hash key id -> API key JSON
 -- KEYS[3] accounts  hash user -> account JSON (only read)
+-- (admins() comes from lua/lib/accounts.lua.)
 -- ARGV[1] key id
 --
 -- Reply: {1, new_version} | {5, message} (no such key, or the last admin)
@@ -12,14 +13,6 @@ if #KEYS ~= 3 or #ARGV ~= 1 then return redis.error_reply('registry_revoke_api_k
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then
   return {5, "API key '" .. ARGV[1] .. "' does not exist (already revoked?); listApiKeys shows the keys"}
-end
-local function admins(hash)
-  local n = 0
-  for _, v in ipairs(redis.call('HVALS', hash)) do
-    local ok, a = pcall(cjson.decode, v)
-    if ok and type(a) == 'table' and a['role'] == 'ROLE_ADMIN' then n = n + 1 end
-  end
-  return n
 end
 local ok, k = pcall(cjson.decode, cur)
 if ok and type(k) == 'table' and k['role'] == 'ROLE_ADMIN' and admins(KEYS[2]) + admins(KEYS[3]) <= 1 then

@@ -1,4 +1,5 @@
-//! The script registry: every Lua file in `lua/`, compiled into the binary, and the one
+//! The script registry: every Lua file in `lua/`, compiled into the binary (data-plane scripts
+//! after `lua/lib/record.lua`, credential scripts after `lua/lib/accounts.lua`), and the one
 //! function that turns a script's `{code, payload}` reply into a typed result.
 //!
 //! Scripts are loaded on every primary at start ([`load_all`]); calls use EVALSHA and fall back
@@ -32,13 +33,23 @@ impl LuaScript {
 }
 
 macro_rules! scripts {
-    (registry: $($name:ident => $file:literal),+ ; data: $($dname:ident => $dfile:literal),+ $(,)?) => {
+    (registry: $($name:ident => $file:literal),+ ;
+     credentials: $($cname:ident => $cfile:literal),+ ;
+     data: $($dname:ident => $dfile:literal),+ $(,)?) => {
         $(
             #[doc = concat!("`lua/", $file, "`")]
             pub static $name: LuaScript = LuaScript::new(
                 $file,
                 include_str!(concat!("../../lua/", $file)),
                 include_str!(concat!("../../lua/", $file)),
+            );
+        )+
+        $(
+            #[doc = concat!("`lua/", $cfile, "` (after `lua/lib/accounts.lua`)")]
+            pub static $cname: LuaScript = LuaScript::new(
+                $cfile,
+                include_str!(concat!("../../lua/", $cfile)),
+                concat!(include_str!("../../lua/lib/accounts.lua"), include_str!(concat!("../../lua/", $cfile))),
             );
         )+
         $(
@@ -50,7 +61,7 @@ macro_rules! scripts {
             );
         )+
         /// Every script, for loading at start and for tests.
-        pub static ALL: &[&LuaScript] = &[$(&$name),+, $(&$dname),+];
+        pub static ALL: &[&LuaScript] = &[$(&$name),+, $(&$cname),+, $(&$dname),+];
     };
 }
 
@@ -67,13 +78,14 @@ scripts! {
     REGISTRY_REMOVE_GROUP => "registry_remove_group.lua",
     REGISTRY_REGISTER_INSTANCE => "registry_register_instance.lua",
     REGISTRY_REMOVE_INSTANCE => "registry_remove_instance.lua",
-    REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
-    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
     REGISTRY_ADD_API_KEY => "registry_add_api_key.lua",
-    REGISTRY_REVOKE_API_KEY => "registry_revoke_api_key.lua",
     AUTH_FAILURE => "auth_failure.lua",
     LEASE_ACQUIRE => "lease_acquire.lua",
     LEASE_RELEASE => "lease_release.lua";
+    credentials:
+    REGISTRY_ADD_ACCOUNT => "registry_add_account.lua",
+    REGISTRY_DELETE_ACCOUNT => "registry_delete_account.lua",
+    REGISTRY_REVOKE_API_KEY => "registry_revoke_api_key.lua";
     data:
     START_WRITE_CACHE => "start_write_cache.lua",
     FINISH_WRITE_CACHE => "finish_write_cache.lua",
