@@ -9,16 +9,59 @@
 //! stale OK is never reported forever. Before the first check completes the state is unhealthy
 //! too; `Server::run` checks once before it starts serving.
 //!
+//! The handler finds its server's `Health` in a side table keyed by the server's
+//! [`Node`](crate::state::Node) ([`register`] / [`respond`]): `AppState`, all a handler has, has no
+//! field for it, and a router-wide `Extension` layer would cost every request of both planes an
+//! extension insert and an extra boxed service clone (axum boxes each layer per route).
+//!
 //! Replies keep today's shapes: `200 {"status":"OK"}` or `503 {"status":"UNHEALTHY","reason":…}`
 //! where the reason is one of a few fixed sentences: Valkey's own error (addresses, OS errors)
 //! is logged by the checker, never sent to the unauthenticated caller.
 
+use crate::state::Node;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use redis::cluster_async::ClusterConnection;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// The health state of every server built in this process, by its `Node`. A `Weak` keeps the
+/// `Node`'s allocation (so its address is never reused) without keeping the server alive.
+static STATES: Mutex<Vec<(Weak<Node>, Arc<Health>)>> = Mutex::new(Vec::new());
+
+/// Makes `health` the state `/api/healthy` answers from for the server whose node is `node`.
+pub fn register(node: &Arc<Node>, health: Arc<Health>) {
+    let mut states = STATES.lock().unwrap_or_else(PoisonError::into_inner);
+    states.retain(|(n, _)| n.strong_count() > 0);
+    states.push((Arc::downgrade(node), health));
+}
+
+/// The `/api/healthy` reply of the server whose node is `node`.
+pub fn respond(node: &Arc<Node>) -> Response {
+    let states = STATES.lock().unwrap_or_else(PoisonError::into_inner);
+    let verdict = match states.iter().find(|(n, _)| std::ptr::eq(n.as_ptr(), Arc::as_ptr(node))) {
+        Some((_, health)) => health.verdict_at(Instant::now()),
+        // An AppState that did not come from `crate::build` has no checker behind it.
+        None => Verdict::Unhealthy("no health check runs for this server"),
+    };
+    drop(states);
+    reply(verdict)
+}
+
+fn reply(verdict: Verdict) -> Response {
+    let json = [("content-type", "application/json")];
+    match verdict {
+        Verdict::Healthy => (StatusCode::OK, json, r#"{"status":"OK"}"#).into_response(),
+        Verdict::Unhealthy(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json,
+            serde_json::json!({"status": "UNHEALTHY", "reason": reason}).to_string(),
+        )
+            .into_response(),
+    }
+}
 
 /// How one check went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,20 +126,6 @@ impl Health {
         }
     }
 
-    /// The `/api/healthy` reply.
-    pub fn respond(&self) -> Response {
-        let json = [("content-type", "application/json")];
-        match self.verdict_at(Instant::now()) {
-            Verdict::Healthy => (StatusCode::OK, json, r#"{"status":"OK"}"#).into_response(),
-            Verdict::Unhealthy(reason) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                json,
-                serde_json::json!({"status": "UNHEALTHY", "reason": reason}).to_string(),
-            )
-                .into_response(),
-        }
-    }
-
     /// PINGs every node once (as `kvcm_core::valkey::ping_all` does), waiting at most
     /// `timeout`, and records the outcome. Returns Valkey's error for the log.
     pub async fn check(&self, conn: &mut ClusterConnection, timeout: Duration) -> Result<(), String> {
@@ -113,7 +142,7 @@ impl Health {
 /// Checks every `interval` until `stop` turns true. Logs when Valkey becomes unreachable and
 /// when it recovers, not on every tick.
 pub async fn keep_checking(
-    health: std::sync::Arc<Health>,
+    health: Arc<Health>,
     mut conn: ClusterConnection,
     interval: Duration,
     timeout: Duration,

@@ -23,7 +23,7 @@ use crate::reply::error_response;
 use crate::state::{AppState, Node};
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Extension};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode as Http, Uri};
 use axum::middleware::from_fn;
 use axum::response::Response;
@@ -104,6 +104,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         auth: Default::default(),
         node: Arc::new(node),
     };
+    health::register(&state.node, health.clone());
     Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
 }
 
@@ -140,21 +141,19 @@ async fn unknown_route(uri: Uri) -> Response {
 
 /// `GET /api/healthy`: 200 while the background check finds every Valkey node answering, 503
 /// otherwise; never touches Valkey itself (see [`health`]).
-pub async fn healthy(Extension(health): Extension<Arc<health::Health>>) -> Response {
-    health.respond()
+pub async fn healthy(State(s): State<AppState>) -> Response {
+    health::respond(&s.node)
 }
 
 impl Server {
     /// The meta-plane router with all layers (also what the Lambda entry point serves).
     pub fn meta_router(&self) -> Router {
-        // The health state reaches `healthy` as an extension: it is not part of AppState.
-        with_common_layers("meta", meta::router(self.state.clone()), &self.state).layer(Extension(self.health.clone()))
+        with_common_layers("meta", meta::router(self.state.clone()), &self.state)
     }
 
     /// The admin-plane router with all layers.
     pub fn admin_router(&self) -> Router {
         with_common_layers("admin", admin::router(self.state.clone()), &self.state)
-            .layer(Extension(self.health.clone()))
     }
 
     /// Serves both planes, refreshes the registry and checks Valkey's health until `shutdown`

@@ -59,7 +59,7 @@ pub async fn serve(
             }
             () = watchdog.as_mut() => {
                 let now = Instant::now();
-                let (phase, since) = activity.phase();
+                let (phase, since) = activity.phase(now);
                 let deadline = timeouts.deadline(phase, since);
                 if deadline.is_some_and(|d| now >= d) {
                     let timeout = if phase == Phase::Head { "header-read" } else { "idle" };
