@@ -5,16 +5,19 @@
 //! [`build`] connects to Valkey, loads the scripts and the registry, applies the startup
 //! config, binds both listeners (port 0 picks a free port) and returns a [`Server`] that knows
 //! its addresses; [`Server::run`] serves until the shutdown future completes, then drains
-//! in-flight requests.
+//! in-flight requests. Connections are handled by [`transport`] (timeouts, connection cap,
+//! graceful shutdown); `GET /api/healthy` answers from [`health`], kept fresh in the background.
 
 pub mod admin;
 pub mod auth;
 pub mod event_log;
+pub mod health;
 pub mod meta;
 pub mod metrics;
 pub mod openapi;
 pub mod reply;
 pub mod state;
+pub mod transport;
 
 use crate::metrics::Metrics;
 use crate::reply::error_response;
@@ -24,7 +27,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode as Http, Uri};
 use axum::middleware::from_fn;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use kvcm_core::config::Config;
 use kvcm_core::registry::Registry;
 use kvcm_core::wire::StatusCode;
@@ -42,6 +45,7 @@ pub struct Server {
     pub state: AppState,
     meta: TcpListener,
     admin: TcpListener,
+    health: Arc<health::Health>,
 }
 
 /// Connects, loads, applies the startup config, creates the bootstrap admin, checks that the
@@ -94,6 +98,10 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         )
     };
     let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits());
+    let health = Arc::new(health::Health::new(
+        Duration::from_millis(config.health_check_interval_ms),
+        Duration::from_millis(config.valkey_timeout_ms),
+    ));
     let state = AppState {
         metrics,
         data,
@@ -103,8 +111,9 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         registry,
         conn,
         node: Arc::new(node),
+        health: health.clone(),
     };
-    Ok(Server { meta_addr, admin_addr, state, meta, admin })
+    Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
 }
 
 /// Creates `bootstrap_admin_user` if configured and missing. The password comes from
@@ -241,18 +250,10 @@ fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
     )
 }
 
-/// `GET /api/healthy`: 200 when every Valkey node answers, 503 otherwise.
+/// `GET /api/healthy`: 200 while the background check finds every Valkey node answering, 503
+/// otherwise; never touches Valkey itself (see [`health`]).
 pub async fn healthy(State(s): State<AppState>) -> Response {
-    let mut conn = s.conn.clone();
-    match kvcm_core::valkey::ping_all(&mut conn).await {
-        Ok(()) => (Http::OK, [("content-type", "application/json")], r#"{"status":"OK"}"#).into_response(),
-        Err(e) => (
-            Http::SERVICE_UNAVAILABLE,
-            [("content-type", "application/json")],
-            format!(r#"{{"status":"UNHEALTHY","reason":{}}}"#, serde_json::Value::String(e.to_string())),
-        )
-            .into_response(),
-    }
+    health::respond(&s.health)
 }
 
 impl Server {
@@ -266,32 +267,46 @@ impl Server {
         with_common_layers("admin", admin::router(self.state.clone()), &self.state)
     }
 
-    /// Serves both planes and refreshes the registry until `shutdown` completes; then stops
-    /// accepting, finishes in-flight requests and returns.
+    /// Serves both planes, refreshes the registry and checks Valkey's health until `shutdown`
+    /// completes; then stops accepting, lets in-flight requests finish (for at most
+    /// `request_timeout_ms`, the most any request may take) and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (meta_router, admin_router) = (self.meta_router(), self.admin_router());
+        let config = self.state.config.clone();
+        let limits = transport::Limits {
+            timeouts: transport::Timeouts {
+                header_read: Duration::from_millis(config.header_read_timeout_ms),
+                idle: Duration::from_millis(config.idle_timeout_ms),
+            },
+            max_connections: config.max_connections,
+            drain_timeout: Duration::from_millis(config.request_timeout_ms),
+        };
+        let valkey_timeout = Duration::from_millis(config.valkey_timeout_ms);
+        // One check before serving, so /api/healthy never answers from an empty state.
+        if let Err(e) = self.health.check(&mut self.state.conn.clone(), valkey_timeout).await {
+            tracing::warn!(error = %e, "Valkey health check failed: /api/healthy reports UNHEALTHY");
+        }
         let (tx, rx) = tokio::sync::watch::channel(false);
         let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let refresher = tokio::spawn(refresh_registry(self.state.clone(), rx.clone()));
-        // The peer address feeds the per-address login back-off.
-        let meta = tokio::spawn(
-            axum::serve(self.meta, meta_router.into_make_service_with_connect_info::<SocketAddr>())
-                .with_graceful_shutdown(wait(rx.clone()))
-                .into_future(),
-        );
-        let admin = tokio::spawn(
-            axum::serve(self.admin, admin_router.into_make_service_with_connect_info::<SocketAddr>())
-                .with_graceful_shutdown(wait(rx.clone()))
-                .into_future(),
-        );
+        let checker = tokio::spawn(health::keep_checking(
+            self.health.clone(),
+            self.state.conn.clone(),
+            Duration::from_millis(config.health_check_interval_ms),
+            valkey_timeout,
+            rx.clone(),
+        ));
+        let meta = tokio::spawn(transport::serve("meta", self.meta, meta_router, limits, wait(rx.clone())));
+        let admin = tokio::spawn(transport::serve("admin", self.admin, admin_router, limits, wait(rx.clone())));
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = tx.send(true);
-        meta.await??;
-        admin.await??;
+        meta.await?;
+        admin.await?;
         refresher.abort();
+        checker.abort();
         Ok(())
     }
 }

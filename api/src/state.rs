@@ -1,5 +1,5 @@
-//! `AppState`: what every handler shares — the registry, the Valkey connection, metrics, config
-//! and this node's identity. Cheap to clone (everything behind `Arc`s or already a handle).
+//! `AppState`: what every handler shares — the registry, the Valkey connection, metrics, config,
+//! this node's identity and its health state. Cheap to clone (everything behind `Arc`s or already a handle).
 
 use crate::auth::AuthState;
 use crate::event_log::EventLog;
@@ -20,6 +20,8 @@ pub struct AppState {
     pub node: Arc<Node>,
     pub data: DataPlane,
     pub events: Option<EventLog>,
+    /// Valkey reachability as last checked in the background (what `/api/healthy` answers).
+    pub health: Arc<crate::health::Health>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -91,6 +91,10 @@ pub struct Config {
     pub access_log: bool,
     pub max_body_bytes: usize,
     pub request_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub max_connections: usize,
+    pub health_check_interval_ms: u64,
     pub registry_refresh_ms: u64,
     pub startup_config: String,
     pub meta_auth: bool,
@@ -232,6 +236,21 @@ impl Config {
         }
         if self.request_timeout_ms == 0 {
             return bad("request_timeout_ms", "must be positive");
+        }
+        // Connection handling and health checks. Upper bounds keep deadlines (now + timeout) far
+        // from Instant overflow.
+        const DAY_MS: u64 = 86_400_000;
+        if !(1..=DAY_MS).contains(&self.header_read_timeout_ms) {
+            return bad("header_read_timeout_ms", "must be within 1..=86400000 (one day)");
+        }
+        if !(1..=DAY_MS).contains(&self.idle_timeout_ms) {
+            return bad("idle_timeout_ms", "must be within 1..=86400000 (one day)");
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return bad("max_connections", "must be within 1..=1000000");
+        }
+        if !(10..=DAY_MS).contains(&self.health_check_interval_ms) {
+            return bad("health_check_interval_ms", "must be within 10..=86400000 (one day)");
         }
         if self.registry_refresh_ms == 0 {
             return bad("registry_refresh_ms", "must be positive");

@@ -486,3 +486,254 @@ pub fn file_path(uri: &str) -> PathBuf {
     let path = &rest[rest.find('/').expect("path")..];
     PathBuf::from(path.split('?').next().unwrap())
 }
+
+impl Api {
+    /// Sends SIGTERM and returns at once (see [`Api::exit_code_within`]).
+    pub fn sigterm(&self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    }
+
+    /// Polls until the process exits; its exit code, or None if it is still running at the
+    /// deadline (or was killed by a signal).
+    pub async fn exit_code_within(&mut self, timeout: Duration) -> Option<i32> {
+        eventually(timeout, || {
+            let status = self.child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await
+        .and_then(|s| s.code())
+    }
+}
+
+/// A raw HTTP/1.1 client connection, for what reqwest hides: partial request heads, trickled
+/// bytes, one kept-alive socket used on purpose, a server closing the socket.
+pub struct RawConn {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A response read by [`RawConn`].
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+impl RawConn {
+    /// Connects to a base URL such as `http://127.0.0.1:6382`.
+    pub async fn connect(base: &str) -> RawConn {
+        let addr = base.strip_prefix("http://").expect("an http:// base URL");
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        RawConn { stream, buf: Vec::new() }
+    }
+
+    /// Writes raw bytes.
+    pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(bytes).await
+    }
+
+    /// Sends `GET path` on this connection (kept alive) and reads the reply; panics if none
+    /// comes within 10 s.
+    pub async fn get(&mut self, path: &str) -> RawResponse {
+        self.send(format!("GET {path} HTTP/1.1\r\nhost: kvcm\r\n\r\n").as_bytes()).await.expect("send a request");
+        self.read_response(Duration::from_secs(10)).await.unwrap_or_else(|| panic!("no reply to GET {path}"))
+    }
+
+    /// Reads one response (head and `content-length` body; an interim `100 Continue` counts as
+    /// one); None if none is complete within `timeout` or the server closes the connection first.
+    pub async fn read_response(&mut self, timeout: Duration) -> Option<RawResponse> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(resp) = self.parse_response() {
+                return Some(resp);
+            }
+            match tokio::time::timeout_at(deadline, self.read_some()).await {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection (EOF or reset); the time it did, or None if
+    /// it is still open at the deadline. Bytes read stay in [`RawConn::unread`].
+    pub async fn closed_within(&mut self, timeout: Duration) -> Option<Instant> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.read_some()).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Some(Instant::now()),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Bytes read so far and not yet parsed as a response.
+    pub fn unread(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// One read into the buffer: Some(n > 0), or None at EOF or on an error (a reset).
+    async fn read_some(&mut self) -> Option<usize> {
+        use tokio::io::AsyncReadExt;
+        let mut chunk = [0u8; 4096];
+        match self.stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Some(n)
+            }
+        }
+    }
+
+    fn parse_response(&mut self) -> Option<RawResponse> {
+        let end = self.buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&self.buf[..end]).to_string();
+        let mut lines = head.split("\r\n");
+        let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        // No content-length: an interim (1xx) response, or an empty body.
+        let len: usize =
+            headers.iter().find(|(k, _)| k == "content-length").map_or(0, |(_, v)| v.parse().expect("a length"));
+        if self.buf.len() < end + 4 + len {
+            return None;
+        }
+        let body = String::from_utf8_lossy(&self.buf[end + 4..end + 4 + len]).to_string();
+        self.buf.drain(..end + 4 + len);
+        Some(RawResponse { status, headers, body })
+    }
+}
+
+/// `INFO commandstats` calls of `command` (lower case, e.g. "ping") on every node of the test
+/// cluster, by node address.
+pub async fn command_calls(command: &str) -> BTreeMap<String, u64> {
+    let mut conn = valkey().await;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in nodes.lines().filter(|l| !l.trim().is_empty()) {
+        let addr = line.split_whitespace().nth(1).unwrap().split('@').next().unwrap().to_string();
+        let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+        let mut node = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut node).await.unwrap();
+        let calls = info
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+            .map_or(0, |n| n.parse().unwrap());
+        out.insert(addr, calls);
+    }
+    out
+}
+
+/// A one-node Valkey cluster (all slots on one node) of this test's own, for tests that stop
+/// Valkey, which the shared cluster must never be. Killed on drop.
+pub struct SoloValkey {
+    child: Option<Child>,
+    args: Vec<String>,
+    pub url: String,
+}
+
+impl SoloValkey {
+    /// Starts the node on free ports and waits for `cluster_state:ok`.
+    pub fn start() -> SoloValkey {
+        let out = Command::new(repo_root().join("infra/install-valkey.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run infra/install-valkey.sh");
+        assert!(out.status.success(), "could not install Valkey");
+        let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("valkey-server");
+        let dir = repo_root().join(".kvcm/test-tmp").join(unique("solo-valkey"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let [port, bus] = free_ports();
+        let args: Vec<String> = [
+            bin.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--cluster-port",
+            &bus.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            dir.join("nodes.conf").to_str().unwrap(),
+            "--dir",
+            dir.to_str().unwrap(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            dir.join("valkey.log").to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut solo = SoloValkey { child: None, args, url: format!("redis://127.0.0.1:{port}") };
+        solo.restart();
+        let client = redis::Client::open(solo.url.as_str()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query(&mut conn).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+            if info.contains("cluster_state:ok") {
+                return solo;
+            }
+            assert!(Instant::now() < deadline, "the one-node cluster did not reach cluster_state:ok: {info}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the node (SIGKILL): what a crashed or unreachable node looks like.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node again on the same ports and config (its slots are in nodes.conf) and
+    /// waits until it answers PING.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new(&self.args[0])
+            .args(&self.args[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn valkey-server");
+        self.child = Some(child);
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while client.get_connection().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)).is_err() {
+            assert!(Instant::now() < deadline, "valkey-server on {} does not answer PING", self.url);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for SoloValkey {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Distinct loopback ports that were free a moment ago.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> =
+        (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}

@@ -1,0 +1,228 @@
+//! Connection handling of kvcm-api's two listeners, black-box over raw sockets: the header-read
+//! timeout (slow-loris clients), the idle keep-alive timeout, the per-listener connection cap,
+//! graceful shutdown, and `/api/healthy` answering from the background health check.
+//!
+//! Timeouts are shortened through `KVCM_*` variables. Assertions about time are one-sided and
+//! cannot fail on a slow machine: a connection must not be closed *before* its timeout, and must
+//! be closed eventually (a generous deadline). Every frontend here checks health once a minute
+//! unless the test is about the checker, so their PINGs do not blur the PING count of
+//! `healthy_answers_from_the_background_check_without_pinging_valkey_per_call`.
+
+use kvcm_tests::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const RARE_HEALTH_CHECKS: (&str, &str) = ("KVCM_HEALTH_CHECK_INTERVAL_MS", "60000");
+const EVENTUALLY: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn a_client_that_does_not_finish_its_request_head_is_disconnected_after_the_header_read_timeout() {
+    let api = Api::start_with(
+        &unique("ns"),
+        &[("KVCM_HEADER_READ_TIMEOUT_MS", "500"), ("KVCM_IDLE_TIMEOUT_MS", "60000"), RARE_HEALTH_CHECKS],
+    );
+    let opened = Instant::now();
+    let mut silent = RawConn::connect(&api.meta).await;
+    let mut trickler = RawConn::connect(&api.admin).await;
+    trickler.send(b"POST /api/listStorage HTTP/1.1\r\nhost: kvcm\r\n").await.unwrap();
+    // One more header byte every 50 ms: bytes keep coming, the head never completes.
+    let mut trickled_until_closed = None;
+    for byte in b"x-slow-loris: 1".iter().cycle().take(EVENTUALLY.as_millis() as usize / 50) {
+        if trickler.send(&[*byte]).await.is_err() {
+            trickled_until_closed = Some(Instant::now());
+            break;
+        }
+        if let Some(at) = trickler.closed_within(Duration::from_millis(50)).await {
+            trickled_until_closed = Some(at);
+            break;
+        }
+    }
+    let trickled_until_closed = trickled_until_closed.expect("a trickling client was never disconnected");
+    assert!(trickled_until_closed - opened >= Duration::from_millis(500), "closed before the header-read timeout");
+    let silent_closed = silent.closed_within(EVENTUALLY).await.expect("a silent client was never disconnected");
+    assert!(silent_closed - opened >= Duration::from_millis(500), "closed before the header-read timeout");
+    assert!(silent.unread().is_empty() && trickler.unread().is_empty(), "no reply is sent on a header timeout");
+
+    // A client that sends its request in time is served on both planes.
+    assert_eq!(RawConn::connect(&api.meta).await.get("/api/healthy").await.status, 200);
+    assert_eq!(RawConn::connect(&api.admin).await.get("/api/healthy").await.status, 200);
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_while_a_used_one_keeps_working() {
+    // The idle timeout is five times the header-read timeout: hyper's own header-read timeout,
+    // which also runs while a kept-alive connection waits, would close both connections early.
+    let api = Api::start_with(
+        &unique("ns"),
+        &[("KVCM_HEADER_READ_TIMEOUT_MS", "300"), ("KVCM_IDLE_TIMEOUT_MS", "1500"), RARE_HEALTH_CHECKS],
+    );
+    let mut idle = RawConn::connect(&api.meta).await;
+    assert_eq!(idle.get("/api/healthy").await.status, 200);
+    let idle_since = Instant::now();
+    let idle_closed = tokio::spawn(async move { idle.closed_within(EVENTUALLY).await });
+
+    // A request every 500 ms on one connection for twice the idle timeout: each gap is longer
+    // than the header-read timeout and shorter than the idle timeout.
+    let mut used = RawConn::connect(&api.meta).await;
+    let started = Instant::now();
+    let mut requests = 0;
+    while started.elapsed() < Duration::from_millis(3000) {
+        let resp = used.get("/api/healthy").await;
+        assert_eq!(
+            (resp.status, resp.header("connection")),
+            (200, None),
+            "request {requests} on the kept-alive connection"
+        );
+        requests += 1;
+        assert!(used.closed_within(Duration::from_millis(500)).await.is_none(), "a used connection was closed");
+    }
+    assert!(requests >= 4, "{requests}");
+
+    let closed_at = idle_closed.await.unwrap().expect("the idle connection was never closed");
+    assert!(closed_at - idle_since >= Duration::from_millis(1500), "closed before the idle timeout");
+}
+
+#[tokio::test]
+async fn beyond_max_connections_a_new_connection_waits_until_another_closes() {
+    let api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_MAX_CONNECTIONS", "3"),
+            ("KVCM_HEADER_READ_TIMEOUT_MS", "60000"),
+            ("KVCM_IDLE_TIMEOUT_MS", "60000"),
+            RARE_HEALTH_CHECKS,
+        ],
+    );
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut conn = RawConn::connect(&api.meta).await;
+        assert_eq!(conn.get("/api/healthy").await.status, 200);
+        held.push(conn);
+    }
+    // The kernel completes the handshake (the socket sits in the accept backlog), but kvcm does
+    // not accept it, so its request is not answered while the cap holds...
+    let mut extra = RawConn::connect(&api.meta).await;
+    extra.send(b"GET /api/healthy HTTP/1.1\r\nhost: kvcm\r\n\r\n").await.unwrap();
+    assert!(extra.read_response(Duration::from_millis(500)).await.is_none(), "served beyond the cap");
+    // ...the cap is per listener, so the admin plane still serves...
+    assert_eq!(RawConn::connect(&api.admin).await.get("/api/healthy").await.status, 200);
+    // ...and as soon as one of the held connections closes, the waiting one is served.
+    drop(held.pop());
+    let resp = extra.read_response(EVENTUALLY).await.expect("the waiting connection was never served");
+    assert_eq!((resp.status, resp.body.as_str()), (200, r#"{"status":"OK"}"#));
+    assert_eq!(extra.get("/api/healthy").await.status, 200, "it is a normal kept-alive connection");
+}
+
+#[tokio::test]
+async fn healthy_answers_from_the_background_check_without_pinging_valkey_per_call() {
+    let api = Api::start_with(&unique("ns"), &[RARE_HEALTH_CHECKS]);
+    let (mut meta, mut admin) = (RawConn::connect(&api.meta).await, RawConn::connect(&api.admin).await);
+    let before = command_calls("ping").await;
+    for i in 0..100 {
+        let resp = if i % 2 == 0 { meta.get("/api/healthy").await } else { admin.get("/api/healthy").await };
+        assert_eq!((resp.status, resp.body.as_str()), (200, r#"{"status":"OK"}"#));
+        assert_eq!(resp.header("content-type"), Some("application/json"));
+    }
+    let after = command_calls("ping").await;
+    // Answering from a live PING, as before, sends 100 PINGs to every node. What remains are
+    // other frontends' start-up checks.
+    for (node, calls) in &after {
+        let delta = calls - before.get(node).copied().unwrap_or(0);
+        assert!(delta < 50, "node {node} got {delta} PINGs during 100 /api/healthy calls");
+    }
+}
+
+#[tokio::test]
+async fn healthy_turns_unhealthy_while_valkey_is_down_without_revealing_why_and_recovers() {
+    let mut valkey = SoloValkey::start();
+    let api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_VALKEY_URL", valkey.url.as_str()),
+            ("KVCM_HEALTH_CHECK_INTERVAL_MS", "100"),
+            ("KVCM_VALKEY_TIMEOUT_MS", "500"),
+            ("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500"),
+        ],
+    );
+    assert_eq!(api.get_admin("/api/healthy").await, (200, r#"{"status":"OK"}"#.to_string()));
+    valkey.kill();
+    let (status, body) = eventually(EVENTUALLY, || async {
+        let mut conn = RawConn::connect(&api.meta).await;
+        let resp = conn.get("/api/healthy").await;
+        (resp.status == 503).then_some((resp.status, resp.body))
+    })
+    .await
+    .expect("/api/healthy stayed OK with Valkey down");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["status"], "UNHEALTHY", "{status} {body}");
+    let reason = reply["reason"].as_str().unwrap();
+    let port = valkey.url.rsplit(':').next().unwrap();
+    for internal in ["127.0.0.1", port, "os error", "refused", "IoError"] {
+        assert!(!reason.contains(internal), "the reason reveals {internal:?}: {reason}");
+    }
+    assert!(reason.contains("Valkey"), "{reason}");
+
+    valkey.restart();
+    eventually(EVENTUALLY, || async {
+        let mut conn = RawConn::connect(&api.admin).await;
+        (conn.get("/api/healthy").await.status == 200).then_some(())
+    })
+    .await
+    .expect("/api/healthy did not recover with Valkey back");
+}
+
+#[tokio::test]
+async fn shutdown_finishes_an_in_flight_request_and_is_not_held_by_idle_or_slow_clients() {
+    let mut api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_REQUEST_TIMEOUT_MS", "4000"),
+            ("KVCM_HEADER_READ_TIMEOUT_MS", "60000"),
+            ("KVCM_IDLE_TIMEOUT_MS", "60000"),
+            RARE_HEALTH_CHECKS,
+        ],
+    );
+    let mut idle = RawConn::connect(&api.admin).await;
+    assert_eq!(idle.get("/api/healthy").await.status, 200);
+    let mut slow_loris = RawConn::connect(&api.meta).await;
+    slow_loris.send(b"GET /api/healthy HTTP/1.1\r\nho").await.unwrap();
+    // A request whose body is still on its way when the signal comes. `expect: 100-continue`
+    // makes the server say when its handler has started (and waits for the body).
+    let body = json!({"instance_id": "nobody"}).to_string();
+    let mut in_flight = RawConn::connect(&api.meta).await;
+    let head = format!(
+        "POST /api/getInstanceInfo HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    in_flight.send(head.as_bytes()).await.unwrap();
+    let interim = in_flight.read_response(EVENTUALLY).await.expect("no 100 Continue");
+    assert_eq!(interim.status, 100);
+    in_flight.send(&body.as_bytes()[..5]).await.unwrap();
+
+    api.sigterm();
+    assert!(idle.closed_within(EVENTUALLY).await.is_some(), "an idle connection was kept open during shutdown");
+    in_flight.send(&body.as_bytes()[5..]).await.unwrap();
+    let resp = in_flight.read_response(EVENTUALLY).await.expect("the in-flight request got no reply");
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(code(&serde_json::from_str(&resp.body).unwrap()), "INSTANCE_NOT_EXIST", "{}", resp.body);
+    assert_eq!(resp.header("connection"), Some("close"));
+
+    // The half-sent head would hold the connection for a minute; the drain bound
+    // (request_timeout_ms) ends it, and the process exits cleanly.
+    assert_eq!(api.exit_code_within(EVENTUALLY).await, Some(0));
+    assert!(slow_loris.closed_within(EVENTUALLY).await.is_some());
+}
+
+#[tokio::test]
+async fn bad_connection_settings_stop_the_process_with_the_key_named() {
+    for (var, value, key) in [
+        ("KVCM_HEADER_READ_TIMEOUT_MS", "0", "header_read_timeout_ms"),
+        ("KVCM_IDLE_TIMEOUT_MS", "0", "idle_timeout_ms"),
+        ("KVCM_MAX_CONNECTIONS", "0", "max_connections"),
+        ("KVCM_HEALTH_CHECK_INTERVAL_MS", "1", "health_check_interval_ms"),
+    ] {
+        let failed = Api::try_start(&unique("ns"), &[(var, value)]).err().expect("must not start");
+        assert_ne!(failed.code, Some(0));
+        assert!(failed.stderr.contains(key), "{var}={value}: {}", failed.stderr);
+    }
+}
