@@ -52,6 +52,8 @@ use std::time::Duration;
 pub const ARGON2_WAIT: Duration = Duration::from_secs(2);
 /// Most verified account credentials cached per frontend (cleared when full).
 const CACHE_LIMIT: usize = 4096;
+/// Most password checks waiting for the Argon2 permit per frontend; more get 503 at once.
+const MAX_WAITING_CHECKS: usize = 32;
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +124,11 @@ pub struct AuthState {
     /// checked against).
     verified: Mutex<HashMap<[u8; 32], (String, String)>>,
     argon2: Arc<tokio::sync::Semaphore>,
+    /// Checks waiting for (or holding) the permit.
+    checks_in_line: Arc<std::sync::atomic::AtomicUsize>,
     keys: AuthKeys,
+    /// Whether a warning about an unusable `client_ip_header` was logged already.
+    warned_client_ip: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for AuthState {
@@ -137,7 +143,9 @@ impl AuthState {
         AuthState {
             verified: Mutex::default(),
             argon2: Arc::new(tokio::sync::Semaphore::new(1)),
+            checks_in_line: Arc::default(),
             keys: AuthKeys::new(namespace),
+            warned_client_ip: Default::default(),
         }
     }
 }
@@ -205,14 +213,35 @@ fn infrastructure(e: Error) -> Response {
 pub fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
     let name = &state.config.client_ip_header;
     if !name.is_empty() {
-        // The right-most entry is the one the proxy wrote. If it does not parse, the TCP peer is
-        // used — never an earlier entry, which the client may have written.
+        // The right-most entry is the one the proxy wrote. If it is missing or does not parse,
+        // the TCP peer is used — never an earlier entry, which the client may have written.
         let last = headers.get_all(name.as_str()).iter().next_back().and_then(|v| v.to_str().ok());
-        if let Some(ip) = last.and_then(|v| v.rsplit(',').next()).and_then(|a| a.trim().parse::<IpAddr>().ok()) {
-            return Some(ip);
+        match last.and_then(|v| v.rsplit(',').next()).and_then(parse_forwarded) {
+            Some(ip) => return Some(ip),
+            None if !state.auth.warned_client_ip.swap(true, std::sync::atomic::Ordering::Relaxed) => tracing::warn!(
+                header = %name,
+                "client_ip_header is set but a request carried no address in it that parses; using the TCP peer \
+                 (every client behind the proxy then shares its address for the login back-off)"
+            ),
+            None => {}
         }
     }
     peer.map(|p| p.ip())
+}
+
+/// One proxy-written address: `1.2.3.4`, `1.2.3.4:5678`, `2001:db8::1`, `[2001:db8::1]:443`.
+fn parse_forwarded(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim();
+    if let Ok(ip) = entry.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        return rest.split_once(']').and_then(|(ip, _)| ip.parse().ok());
+    }
+    entry
+        .rsplit_once(':')
+        .and_then(|(ip, port)| port.parse::<u16>().ok().and(ip.parse::<std::net::Ipv4Addr>().ok()))
+        .map(IpAddr::V4)
 }
 
 /// What authentication needs from a request, taken out of it before anything awaits (a request
@@ -317,19 +346,16 @@ async fn account(
     // Verification and its bookkeeping run in their own task: a client that goes away (or a
     // request past its deadline) cannot cut them short, so every failure is counted and the
     // permit is held exactly as long as Argon2 runs.
+    let Some(place) = InLine::join(&state.auth.checks_in_line) else {
+        return Err(busy());
+    };
     let check = Check { user: user.to_string(), password: password.to_string(), hash, known, address };
-    let verdict = tokio::spawn(check.run(state.clone())).await.unwrap_or(Verdict::Denied);
+    let verdict = tokio::spawn(check.run(state.clone(), place)).await.unwrap_or(Verdict::Denied);
     match verdict {
         Verdict::Verified => {}
         Verdict::Denied => return Err(unauthorized(DENIED)),
         Verdict::BackingOff(wait) => return Err(too_many(wait)),
-        Verdict::Busy => {
-            return Err(retry_later(
-                Http::SERVICE_UNAVAILABLE,
-                "password checks are busy; retry shortly (engines should use API keys, which need no password check)",
-                Duration::from_secs(1),
-            ));
-        }
+        Verdict::Busy => return Err(busy()),
         Verdict::Unavailable(e) => return Err(infrastructure(e)),
     }
     let Some(acct) = stored else { return Err(unauthorized(DENIED)) };
@@ -342,6 +368,33 @@ async fn account(
 }
 
 const DENIED: &str = "unknown user or wrong password";
+
+fn busy() -> Response {
+    retry_later(
+        Http::SERVICE_UNAVAILABLE,
+        "password checks are busy; retry shortly (engines should use API keys, which need no password check)",
+        Duration::from_secs(1),
+    )
+}
+
+/// A place in the line of password checks of this frontend (at most [`MAX_WAITING_CHECKS`]),
+/// given up when dropped.
+struct InLine(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InLine {
+    fn join(line: &Arc<std::sync::atomic::AtomicUsize>) -> Option<InLine> {
+        use std::sync::atomic::Ordering::AcqRel;
+        line.fetch_update(AcqRel, std::sync::atomic::Ordering::Acquire, |n| (n < MAX_WAITING_CHECKS).then_some(n + 1))
+            .ok()
+            .map(|_| InLine(line.clone()))
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
 
 fn too_many(wait: Duration) -> Response {
     retry_later(
@@ -369,7 +422,7 @@ enum Verdict {
 }
 
 impl Check {
-    async fn run(self, state: AppState) -> Verdict {
+    async fn run(self, state: AppState, _place: InLine) -> Verdict {
         let wait = ARGON2_WAIT.min(Duration::from_millis(state.config.request_timeout_ms / 2));
         let Ok(Ok(permit)) = tokio::time::timeout(wait, state.auth.argon2.clone().acquire_owned()).await else {
             return Verdict::Busy;
@@ -501,7 +554,10 @@ pub async fn admin_guard(State(state): State<AppState>, req: Request, next: Next
     // Accounts added or deleted through another frontend must count here at once (one GET of
     // the version; concurrent requests share it).
     if let Err(e) = state.registry.refresh().await {
-        tracing::warn!(error = %e, "registry refresh before authentication failed; using the cached accounts");
+        tracing::warn!(error = %e, "registry refresh before authentication failed");
+        if let Some(refusal) = registry_too_old(&state) {
+            return refusal;
+        }
     }
     if !state.registry.snapshot().has_admin() {
         if admin_on_loopback(&state) || state.config.allow_anonymous_admin {
@@ -525,11 +581,29 @@ pub async fn admin_guard(State(state): State<AppState>, req: Request, next: Next
     }
 }
 
+/// Credentials and scopes are decided on the cached registry. If it could not be confirmed
+/// current for a while (Valkey's registry shard unreachable), a revoked key or a moved instance
+/// could keep passing: refuse instead (503) until the registry is reachable again.
+fn registry_too_old(state: &AppState) -> Option<Response> {
+    let limit = Duration::from_millis(state.config.registry_refresh_ms.saturating_mul(5)).max(Duration::from_secs(2));
+    let stale = state.registry.confirmed_ago().is_none_or(|age| age > limit);
+    stale.then(|| {
+        retry_later(
+            Http::SERVICE_UNAVAILABLE,
+            "the registry (Valkey) could not be read recently, so credentials cannot be checked; retry shortly",
+            Duration::from_secs(1),
+        )
+    })
+}
+
 /// Meta plane: with `meta_auth` on, every request needs a valid credential (also when none
 /// exists: fail closed); handlers then check the instance group. Off: anonymous callers.
 pub async fn meta_guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if !state.config.meta_auth {
         return next.run(with_caller(req, Principal::Anonymous)).await;
+    }
+    if let Some(refusal) = registry_too_old(&state) {
+        return refusal;
     }
     let credentials = Credentials::of(&state, &req);
     match authenticate(&state, "meta", credentials).await {
@@ -554,6 +628,27 @@ mod tests {
         assert_eq!(presented(&format!("Basic {basic}")), Some(Presented::ApiKey(token)));
         assert_eq!(presented("Digest x"), None);
         assert_eq!(presented("Bearer"), None);
+    }
+
+    #[test]
+    fn proxy_written_addresses_parse_with_or_without_a_port() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(parse_forwarded(" 10.0.0.7 "), Some(ip("10.0.0.7")));
+        assert_eq!(parse_forwarded("10.0.0.7:5678"), Some(ip("10.0.0.7")));
+        assert_eq!(parse_forwarded("2001:db8::1"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_forwarded("[2001:db8::1]:443"), Some(ip("2001:db8::1")));
+        for bad in ["unknown", "", "10.0.0.7:x", "[::1", "for=10.0.0.7"] {
+            assert_eq!(parse_forwarded(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_per_64_and_mapped_ipv4_as_ipv4() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(address_key(ip("2001:db8:1:2:aaaa::1")), address_key(ip("2001:db8:1:2:bbbb::9")));
+        assert_ne!(address_key(ip("2001:db8:1:2::1")), address_key(ip("2001:db8:1:3::1")));
+        assert_eq!(address_key(ip("::ffff:10.1.2.3")), "10.1.2.3");
+        assert_eq!(address_key(None), "unknown");
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         )
     };
     let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits());
+    let inflight_kib = config.max_inflight_body_bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
     let health = Arc::new(health::Health::new(
         Duration::from_millis(config.health_check_interval_ms),
         Duration::from_millis(config.valkey_timeout_ms),
@@ -112,6 +113,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         conn,
         node: Arc::new(node),
         health: health.clone(),
+        bodies: Arc::new(tokio::sync::Semaphore::new(inflight_kib)),
     };
     Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
 }
@@ -198,11 +200,13 @@ fn hostname() -> String {
 pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState) -> Router {
     let metrics = state.metrics.clone();
     let deadline = Duration::from_millis(state.config.request_timeout_ms);
+    let (bodies, max_body) = (state.bodies.clone(), state.config.max_body_bytes);
     router
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(from_fn(move |req, next| within_deadline(deadline, req, next)))
+        .layer(from_fn(move |req, next| within_body_budget(bodies.clone(), max_body, req, next)))
         .layer(CatchPanicLayer::custom(panicked))
         .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
 }
@@ -221,6 +225,40 @@ async fn wrong_method(method: axum::http::Method, uri: Uri) -> Response {
         StatusCode::UNSUPPORTED,
         format!("{method} is not served on {}: RPCs are POST /api/<rpcName>", uri.path()),
     )
+}
+
+/// Holds the request's share of `max_inflight_body_bytes` (its content-length, or
+/// `max_body_bytes` without one; counted in KiB) while it runs; HTTP 503 if the share is not free
+/// within a second.
+async fn within_body_budget(
+    bodies: Arc<tokio::sync::Semaphore>,
+    max_body: usize,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let bytes = match declared {
+        Some(n) => n.min(max_body),
+        None if req.method() == axum::http::Method::GET => 0,
+        None => max_body,
+    };
+    let kib = bytes.div_ceil(1024).max(1) as u32;
+    match tokio::time::timeout(Duration::from_secs(1), bodies.acquire_many(kib)).await {
+        Ok(Ok(_share)) => next.run(req).await,
+        _ => {
+            let mut r = error_response(
+                Http::SERVICE_UNAVAILABLE,
+                StatusCode::SERVICE_NOT_READY,
+                "too many request bytes in flight on this frontend (max_inflight_body_bytes); retry shortly".into(),
+            );
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            r
+        }
+    }
 }
 
 /// HTTP 408 when a request takes longer than `request_timeout_ms` (its future is dropped).

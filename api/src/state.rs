@@ -22,6 +22,8 @@ pub struct AppState {
     pub events: Option<EventLog>,
     /// Valkey reachability as last checked in the background (what `/api/healthy` answers).
     pub health: Arc<crate::health::Health>,
+    /// The frontend's budget of request-body bytes in flight, in KiB (`max_inflight_body_bytes`).
+    pub bodies: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for AppState {

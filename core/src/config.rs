@@ -48,7 +48,13 @@ impl ValkeyUrl {
 
 impl std::fmt::Display for ValkeyUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let seeds: Vec<String> = self.0.split(',').map(|u| redact_url(u.trim())).collect();
+        // Seeds are comma-separated, but a password may contain a comma: if any piece is not a
+        // whole URL, the split is not trustworthy and nothing of the value is shown.
+        let pieces: Vec<&str> = self.0.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        if self.0.contains('@') && pieces.iter().any(|p| !p.contains("://")) {
+            return f.write_str("<valkey_url, redacted: it does not split into URLs>");
+        }
+        let seeds: Vec<String> = pieces.iter().map(|u| redact_url(u)).collect();
         f.write_str(&seeds.join(","))
     }
 }
@@ -67,8 +73,11 @@ impl std::fmt::Debug for ValkeyUrl {
 /// (generated ones often do), so the authority cannot be delimited first. An `@` in a path or
 /// query makes this redact more than the credentials — safe, never less.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let Some(at) = rest.rfind('@') else { return url.to_string() };
+    if scheme.is_empty() {
+        return format!("***@{}", &rest[at + 1..]);
+    }
     let user = rest[..at].split_once(':').map(|(u, _)| u).filter(|u| !u.contains(['/', '?', '#']));
     match user {
         Some(u) => format!("{scheme}://{u}:***@{}", &rest[at + 1..]),
@@ -90,6 +99,7 @@ pub struct Config {
     pub log_level: String,
     pub access_log: bool,
     pub max_body_bytes: usize,
+    pub max_inflight_body_bytes: usize,
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -180,8 +190,9 @@ impl Config {
         if let Some(path) = file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ConfigError(format!("cannot read config file {}: {e}", path.display())))?;
-            let layer: toml::Table = toml::from_str(&text)
-                .map_err(|e| ConfigError(format!("config file {} is not valid TOML: {e}", path.display())))?;
+            let layer: toml::Table = toml::from_str(&text).map_err(|e| {
+                ConfigError(format!("config file {} is not valid TOML: {}", path.display(), toml_error(&text, &e)))
+            })?;
             merge(&mut merged, layer);
         }
         let mut notes = LoadNotes::default();
@@ -233,6 +244,9 @@ impl Config {
         }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes", "must be at least 1024");
+        }
+        if self.max_inflight_body_bytes < self.max_body_bytes || self.max_inflight_body_bytes > 1 << 40 {
+            return bad("max_inflight_body_bytes", "must be within max_body_bytes..=1 TiB");
         }
         if self.request_timeout_ms == 0 {
             return bad("request_timeout_ms", "must be positive");
@@ -363,6 +377,20 @@ impl Config {
     }
 }
 
+/// A TOML error without the quoted source line it normally shows (the line may hold a secret,
+/// such as a `valkey_url` with a password and a missing quote): the message, line and column.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("{} (line {line}, column {column})", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
 /// A header name is ASCII letters, digits and `-` (a subset of RFC 9110 tokens, enough for the
 /// proxies kvcm sits behind).
 fn valid_header_name(name: &str) -> Option<&str> {
@@ -474,6 +502,17 @@ mod tests {
         assert_eq!(redact_url("rediss://:tok3n@h:6380"), "rediss://:***@h:6380");
         assert_eq!(redact_url("rediss://tok3n@h:6380"), "rediss://***@h:6380");
         assert_eq!(redact_url("rediss://h:6380?x=a@b"), "rediss://h:***@b", "over-redacts, never leaks");
+        assert_eq!(redact_url("u:pw@h:1"), "***@h:1", "no scheme");
+        let comma = ValkeyUrl::new("redis://u:pa,ss@h:1");
+        assert!(!comma.to_string().contains("ss") && !format!("{comma:?}").contains("pa"), "{comma}");
+        let e = Config::load_from(None, &env(&[("KVCM_VALKEY_URL", "redis://u:pa,ss@h:1")])).unwrap_err().to_string();
+        assert!(!e.contains("ss@") && !e.contains(":pa"), "{e}");
+        let dir = std::env::temp_dir().join(format!("kvcm-config-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "valkey_url = \"redis://u:hunter2@h:1\n").unwrap();
+        let e = Config::load_from(Some(&file), &[]).unwrap_err().to_string();
+        assert!(!e.contains("hunter2") && e.contains("line 1"), "{e}");
         for secret in ["p/w", "p?w", "p#w", "p@w", "a/b+c=="] {
             let shown = redact_url(&format!("redis://user:{secret}@h:1/0"));
             assert_eq!(shown, "redis://user:***@h:1/0", "{secret}");

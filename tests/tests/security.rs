@@ -646,3 +646,99 @@ async fn guesses_cut_short_by_the_request_deadline_are_still_counted() {
     .await;
     assert!(backed_off.is_some(), "guesses whose requests were dropped were never counted");
 }
+
+#[tokio::test]
+async fn request_bodies_in_flight_are_bounded_per_frontend() {
+    // Room for one 1 MiB body at a time (plus change), not two.
+    let api = Api::start_with(
+        &unique("ns"),
+        &[("KVCM_MAX_BODY_BYTES", "1048576"), ("KVCM_MAX_INFLIGHT_BODY_BYTES", "1572864")],
+    );
+    // A client announces a 1 MiB body and sends only part of it: its share stays taken.
+    let mut slow = RawConn::connect(&api.meta).await;
+    let head = "POST /api/getInstanceInfo HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: 1048576\r\n\r\n";
+    slow.send(head.as_bytes()).await.unwrap();
+    slow.send(b"{\"instance_id\": \"").await.unwrap();
+    // Another 1 MiB request does not fit beside it: 503 with Retry-After, in the Tair shape.
+    let big = json!({"instance_id": "x", "trace_id": "t".repeat(1_000_000)}).to_string();
+    let text_len = big.len();
+    let eventually_refused = eventually(Duration::from_secs(10), || async {
+        let mut c = RawConn::connect(&api.meta).await;
+        let req = format!(
+            "POST /api/getInstanceInfo HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: {text_len}\r\n\r\n{big}"
+        );
+        c.send(req.as_bytes()).await.ok()?;
+        let r = c.read_response(Duration::from_secs(5)).await?;
+        (r.status == 503).then_some(r)
+    })
+    .await
+    .expect("a second large body was admitted beside the first");
+    assert_eq!(eventually_refused.header("retry-after"), Some("1"));
+    let reply: Value = serde_json::from_str(&eventually_refused.body).unwrap();
+    assert_eq!(code(&reply), "SERVICE_NOT_READY", "{reply}");
+    // Small requests still fit, and once the slow client leaves, large ones do again.
+    assert_eq!(code(&api.meta("getInstanceInfo", json!({"instance_id": "x"})).await.1), "INSTANCE_NOT_EXIST");
+    drop(slow);
+    let admitted = eventually(Duration::from_secs(10), || async {
+        let (status, _) = api.post(&api.meta, "getInstanceInfo", big.clone(), None).await;
+        (status == 200).then_some(())
+    })
+    .await;
+    assert!(admitted.is_some(), "the share of a closed connection was never given back");
+}
+
+/// An admin-plane call as the given credential.
+async fn call_as(api: &Api, auth: &str, rpc: &str, body: Value) -> (u16, Value) {
+    api.post(&api.admin, rpc, body.to_string(), Some(auth)).await
+}
+
+#[tokio::test]
+async fn lowering_a_name_bound_never_strands_what_exists() {
+    let ns = unique("ns");
+    let admin_name = "platform-operations-admin";
+    let boot = [("KVCM_BOOTSTRAP_ADMIN_USER", admin_name), ("KVCM_BOOTSTRAP_ADMIN_PASSWORD", "ops-pass-1234")];
+    let auth = "Bearer platform-operations-admin:ops-pass-1234";
+    let before = Api::start_with(&ns, &boot);
+    let root = repo_root().join(".kvcm/test-data").join(unique("low"));
+    assert_ok(
+        &call_as(
+            &before,
+            auth,
+            "addStorage",
+            json!({"storage": {"global_unique_name": "storage-with-a-long-name", "nfs": {"root_path": root}}}),
+        )
+        .await,
+    );
+    assert_ok(&call_as(&before, auth, "createInstanceGroup", json!({"instance_group": {"name": "group-with-a-long-name", "storage_candidates": ["storage-with-a-long-name"]}})).await);
+    let long_id = "an-instance-id-well-past-sixteen-bytes";
+    assert_ok(&call_as(&before, auth, "registerInstance", registration("group-with-a-long-name", long_id)).await);
+    drop(before);
+
+    let lowered = [boot[0], boot[1], ("KVCM_MAX_NAME_BYTES", "16"), ("KVCM_MAX_INSTANCE_ID_BYTES", "16")];
+    let after = Api::start_with(&ns, &lowered);
+    // The admin still logs in, the engine still re-registers (idempotently) and reads…
+    assert_ok(&call_as(&after, auth, "listStorage", json!({})).await);
+    assert_ok(&after.meta("registerInstance", registration("group-with-a-long-name", long_id)).await);
+    assert_ok(&after.meta("getInstanceInfo", json!({"instance_id": long_id})).await);
+    let r = after
+        .meta("getCacheLocation", json!({"instance_id": long_id, "query_type": "QT_PREFIX_MATCH", "block_keys": [1]}))
+        .await;
+    assert_ok(&r);
+    // … but nothing new is created past the lowered bounds…
+    assert_err(
+        &after.meta("registerInstance", registration("group-with-a-long-name", "another-long-instance-id")).await,
+        "INVALID_ARGUMENT",
+        "max_instance_id_bytes",
+    );
+    let r = call_as(
+        &after,
+        auth,
+        "createInstanceGroup",
+        json!({"instance_group": {"name": "another-long-group", "storage_candidates": ["storage-with-a-long-name"]}}),
+    )
+    .await;
+    assert_err(&r, "INVALID_ARGUMENT", "max_name_bytes");
+    // … and what exists can still be removed.
+    assert_ok(&call_as(&after, auth, "removeInstance", json!({"instance_id": long_id})).await);
+    assert_ok(&call_as(&after, auth, "removeInstanceGroup", json!({"name": "group-with-a-long-name"})).await);
+}

@@ -7,7 +7,6 @@ use crate::auth::Caller;
 use crate::reply::{Reply, WireJson};
 use crate::state::AppState;
 use axum::extract::State;
-use kvcm_core::wire::StatusCode;
 use kvcm_core::wire::meta::{MetaGetInstanceInfoResponse, RegisterInstanceResponse};
 use kvcm_core::wire::{GetInstanceInfoRequest, RegisterInstanceRequest};
 
@@ -18,20 +17,19 @@ pub async fn register(
 ) -> Reply<RegisterInstanceResponse> {
     Reply(
         async {
-            // Validated first: a refusal must not echo an unbounded id.
-            kvcm_core::registry::validate::registration(s.registry.limits(), &req)?;
+            // The names are checked first (at the caps of what may exist): a refusal must not echo
+            // an unbounded id. The registry validates the whole registration.
+            let lookup = s.registry.lookup_limits();
+            kvcm_core::registry::validate::instance_id(lookup, &req.instance_id)?;
+            kvcm_core::registry::validate::name(lookup, "instance_group", &req.instance_group)?;
             authorize_registration(&s, &caller, &req)?;
-            match s.registry.register_instance(&req).await {
-                Ok(storage_configs) => Ok(RegisterInstanceResponse { storage_configs }),
-                // The id was taken: the snapshot above may have predated it (registered through
-                // another frontend just now). Its group decides, before the diff names it.
-                Err(e @ kvcm_core::Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
-                    s.registry.refresh().await?;
-                    authorize_registration(&s, &caller, &req)?;
-                    Err(e)
-                }
-                Err(e) => Err(e),
-            }
+            // If the id is taken, the stored registration's group decides (the snapshot above
+            // may have predated it) before the DUPLICATE_ENTITY message names its fields.
+            let what = format!("instance '{}'", req.instance_id);
+            s.registry
+                .register_instance_as(&req, |stored| caller.authorize(&stored.instance_group_name, &what))
+                .await
+                .map(|storage_configs| RegisterInstanceResponse { storage_configs })
         }
         .await,
     )

@@ -97,7 +97,9 @@ fn decode_pairs<T: serde::de::DeserializeOwned>(what: &str, flat: Vec<String>) -
             Ok(t) => out.push((k, t)),
             // A record we cannot read must not take the whole registry down; it is logged and
             // skipped (it can still be removed through the admin plane).
-            Err(e) => tracing::error!(%what, name = %k, error = %e, "skipping unreadable registry record"),
+            // Only where and what kind of error: serde's message can quote a value (a hash).
+            Err(e) => tracing::error!(%what, name = %k, line = e.line(), column = e.column(), kind = ?e.classify(),
+                "skipping unreadable registry record"),
         }
     }
     out
@@ -147,8 +149,8 @@ pub struct Registry {
     reload_lock: tokio::sync::Mutex<()>,
     /// When the last completed check or reload was issued: the snapshot was current then.
     fresh_as_of: Mutex<Option<Instant>>,
-    /// Names found missing: (kind, name) → (snapshot version, when).
-    absent: Mutex<HashMap<(Kind, String), (u64, Instant)>>,
+    /// Names found missing: (kind, name) → when. Cleared by every reload.
+    absent: Mutex<HashMap<(Kind, String), Instant>>,
     negative_cache: Duration,
     /// Version checks (GETs) and full reloads sent to Valkey, for metrics.
     checks: AtomicU64,
@@ -203,6 +205,12 @@ impl Registry {
 
     fn conn(&self) -> ClusterConnection {
         self.conn.clone()
+    }
+
+    /// How long ago the snapshot was last confirmed current (a check or reload completed), or
+    /// `None` before the first.
+    pub fn confirmed_ago(&self) -> Option<Duration> {
+        (*self.fresh_as_of.lock().unwrap_or_else(|p| p.into_inner())).map(|t| t.elapsed())
     }
 
     /// Whether a check or reload issued at or after `asked` has completed.
@@ -298,20 +306,18 @@ impl Registry {
         Ok(current)
     }
 
-    /// Whether `name` was found missing at the current snapshot version, recently.
+    /// Whether `name` was found missing recently (every reload forgets what was missing).
     fn known_absent(&self, kind: Kind, name: &str) -> bool {
-        let version = self.snapshot().version;
         let absent = self.absent.lock().unwrap_or_else(|p| p.into_inner());
-        absent.get(&(kind, name.to_string())).is_some_and(|(v, at)| *v == version && at.elapsed() < self.negative_cache)
+        absent.get(&(kind, name.to_string())).is_some_and(|at| at.elapsed() < self.negative_cache)
     }
 
     fn remember_absent(&self, kind: Kind, name: &str) {
-        let version = self.snapshot().version;
         let mut absent = self.absent.lock().unwrap_or_else(|p| p.into_inner());
         if absent.len() >= ABSENT_LIMIT {
             absent.clear();
         }
-        absent.insert((kind, name.to_string()), (version, Instant::now()));
+        absent.insert((kind, name.to_string()), Instant::now());
     }
 
     /// Looks a name up in the snapshot; when missing (and not known missing), refreshes once
@@ -400,7 +406,7 @@ impl Registry {
     /// point, mooncake master…) requires `force`: blocks already written there would no longer
     /// be found by their URIs.
     pub async fn update_storage(&self, mut cfg: StorageConfig, force: bool) -> Result<()> {
-        validate::storage(&self.limits, &mut cfg)?;
+        validate::storage(&self.lookup_limits, &mut cfg)?;
         retry_on_conflict(|| self.try_update_storage(&cfg, force)).await
     }
 
@@ -481,7 +487,7 @@ impl Registry {
     /// Optimistic update: the stored version must equal `current_version`, and the new group's
     /// version must be larger.
     pub async fn update_group(&self, g: InstanceGroup, current_version: i64) -> Result<()> {
-        let json = validate::group(&self.limits, &g)?;
+        let json = validate::group(&self.lookup_limits, &g)?;
         if g.version <= current_version {
             return Err(Error::invalid(format!(
                 "instance_group.version ({}) must be larger than current_version ({current_version})",
@@ -528,7 +534,21 @@ impl Registry {
     /// Registers an instance (idempotent for an identical registration) and returns the
     /// `storage_configs` JSON string of its group's candidate storages.
     pub async fn register_instance(&self, req: &RegisterInstanceRequest) -> Result<String> {
-        let mut info = validate::registration(&self.limits, req)?;
+        self.register_instance_as(req, |_| Ok(())).await
+    }
+
+    /// [`Registry::register_instance`] for a caller that may not see every instance: when the id
+    /// is taken, `may_see` is asked about the stored registration (as the script read it) before
+    /// the DUPLICATE_ENTITY message names any of its fields.
+    pub async fn register_instance_as(
+        &self,
+        req: &RegisterInstanceRequest,
+        may_see: impl Fn(&InstanceInfo) -> Result<()>,
+    ) -> Result<String> {
+        // A re-registration (idempotent) is checked against the caps of what exists: lowering a
+        // bound must not keep an engine that registered under a higher one from restarting.
+        let existing = self.snapshot().instances.contains_key(&req.instance_id);
+        let mut info = validate::registration(if existing { &self.lookup_limits } else { &self.limits }, req)?;
         let name = &req.instance_group;
         let Some(group) = self.lookup(Kind::Group, name, |s| s.groups.get(name).cloned()).await? else {
             return Err(Error::invalid(format!(
@@ -549,9 +569,11 @@ impl Registry {
         match res {
             Ok(_) => Ok(self.storage_configs(&info.instance_group_name)),
             Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, message }) => {
-                let diff = serde_json::from_str::<InstanceInfo>(&message)
-                    .map(|stored| validate::registration_diff(&stored, &info))
-                    .unwrap_or_default();
+                let stored = serde_json::from_str::<InstanceInfo>(&message).ok();
+                if let Some(stored) = &stored {
+                    may_see(stored)?;
+                }
+                let diff = stored.map(|stored| validate::registration_diff(&stored, &info)).unwrap_or_default();
                 Err(Error::status(
                     StatusCode::DUPLICATE_ENTITY,
                     format!(

@@ -105,10 +105,12 @@ pub fn scopes(limits: &Limits, role: AccountRole, groups: &[String]) -> Result<V
         ));
     }
     limits.count("instance_groups", groups.len(), limits.max_list_items, "max_list_items")?;
+    // Scopes name groups that may exist already (under a higher max_name_bytes than today's).
+    let lookup = limits.for_lookups();
     let mut out = Vec::with_capacity(groups.len());
     for g in groups {
         if g != ALL_GROUPS {
-            name(limits, "instance_groups[]", g)?;
+            name(&lookup, "instance_groups[]", g)?;
         }
         out.push(g.clone());
     }
@@ -394,7 +396,8 @@ pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
 
 /// Validates a registration and builds the instance record it asks for.
 pub fn registration(limits: &Limits, req: &RegisterInstanceRequest) -> Result<InstanceInfo> {
-    name(limits, "instance_group", &req.instance_group)?;
+    // The group must exist already (it may predate a lowered max_name_bytes).
+    name(&limits.for_lookups(), "instance_group", &req.instance_group)?;
     instance_id(limits, &req.instance_id)?;
     if req.block_size <= 0 || req.block_size > MAX_BLOCK_SIZE {
         return Err(Error::invalid(format!(

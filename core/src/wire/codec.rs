@@ -45,7 +45,8 @@ impl Visitor<'_> for I64Visitor {
         // A JSON number written with a fraction or exponent arrives as f64. Only values an f64
         // holds exactly are accepted: beyond 2^53 it has already been rounded (a block key
         // would silently change), and at ±2^63 it has been clamped.
-        if v.fract() == 0.0 && v.abs() <= MAX_EXACT_F64 {
+        // Strictly below 2^53: 2^53 + 1 written as a float rounds to 2^53 itself.
+        if v.fract() == 0.0 && v.abs() < MAX_EXACT_F64 {
             Ok(v as i64)
         } else if v.fract() == 0.0 {
             Err(E::custom(format!(
@@ -98,7 +99,7 @@ pub mod uint64 {
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
             // As for i64: only what an f64 holds exactly.
-            if v.fract() == 0.0 && (0.0..=MAX_EXACT_F64).contains(&v) {
+            if v.fract() == 0.0 && (0.0..MAX_EXACT_F64).contains(&v) {
                 Ok(v as u64)
             } else {
                 Err(E::custom(format!("{v} is not an exact non-negative integer; send it as a string")))
@@ -530,7 +531,7 @@ mod tests {
         assert!(e.contains("does not fit"), "{e}");
         // Floats: exact integers only (no silent rounding or clamping).
         assert_eq!(serde_json::from_str::<T>(r#"{"a":4.0e3}"#).unwrap().a, 4000);
-        for inexact in ["-9223372036854775809", "9007199254740993.0", "1e19", "-1e300"] {
+        for inexact in ["-9223372036854775809", "9007199254740993.0", "9007199254740993e0", "1e19", "-1e300"] {
             let e = serde_json::from_str::<T>(&format!(r#"{{"a":{inexact}}}"#)).unwrap_err().to_string();
             assert!(e.contains("too large to be exact"), "{inexact}: {e}");
         }
