@@ -295,7 +295,7 @@ pub async fn healthy(State(s): State<AppState>) -> Response {
 }
 
 impl Server {
-    /// The meta-plane router with all layers (also what the Lambda entry point serves).
+    /// The meta-plane router with all layers (what a Lambda entry point would serve too).
     pub fn meta_router(&self) -> Router {
         with_common_layers("meta", meta::router(self.state.clone()), &self.state)
     }

@@ -148,8 +148,15 @@ impl Metrics {
 
     /// The label of a (registered) instance: its id while under the cap, else `{other}`.
     fn instance_label<'a>(&self, instance: &'a str) -> &'a str {
-        if self.labelled.read().unwrap_or_else(|p| p.into_inner()).contains(instance) {
-            return instance;
+        {
+            let labelled = self.labelled.read().unwrap_or_else(|p| p.into_inner());
+            if labelled.contains(instance) {
+                return instance;
+            }
+            // Past the cap, instances stay `{other}` without taking the write lock.
+            if labelled.len() >= self.max_labelled {
+                return OTHER_INSTANCES;
+            }
         }
         let mut labelled = self.labelled.write().unwrap_or_else(|p| p.into_inner());
         if labelled.contains(instance) || labelled.len() < self.max_labelled {

@@ -1,6 +1,6 @@
 //! How kvcm-api serves a listener: its own accept loop over hyper's HTTP/1 connection, instead of
 //! `axum::serve`, which has no header-read timeout, no idle timeout and no connection cap. The
-//! routers stay plain axum `Router`s (the same ones run under AWS Lambda).
+//! routers stay plain axum `Router`s (so the same ones can run under AWS Lambda).
 //!
 //! Per listener ([`serve`]):
 //!

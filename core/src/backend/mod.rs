@@ -39,9 +39,9 @@
 //!   injective because spec names contain no `/` and the suffix has a fixed width. (A future
 //!   Mooncake deleter must delete exact keys, never the prefix `<instance>/`.)
 //!
-//! Segments can be longer than the name (up to 3 bytes per byte): a 200-byte id with many
-//! escaped bytes may exceed a filesystem's 255-byte name limit; engines then fail to write there
-//! and the deleter finds nothing to delete. Nothing here fails or panics: every function is pure.
+//! Segments can be longer than the name (up to 3 bytes per byte): registration refuses ids whose
+//! segment would exceed a file name's 255 bytes (`registry::validate::instance_id`). Nothing here
+//! fails or panics: every function is pure.
 //! See docs/data-plane.md ("Paths of file-like storages").
 
 use crate::store::record::Location;

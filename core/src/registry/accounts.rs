@@ -2,9 +2,9 @@
 //! token), each with a role and, for ROLE_USER, the instance groups it may act on.
 //!
 //! Invariants, kept by the Lua scripts so that no pair of frontends can break them: the first
-//! account is an admin, and the last admin can never be deleted (once an admin exists the admin
-//! plane requires one — deleting it would lock operators out, or open the plane if it fell back
-//! to anonymous). Passwords and tokens never reach Valkey; a token is returned once, at creation.
+//! account is an admin unless an admin API key exists, and the last admin credential (account or
+//! API key) can never be deleted or revoked (once an admin exists the admin plane requires one —
+//! removing it would lock operators out, or open the plane if it fell back to anonymous). Passwords and tokens never reach Valkey; a token is returned once, at creation.
 
 use super::{Kind, Registry, validate};
 use crate::error::{Error, Result};
@@ -97,12 +97,12 @@ impl Registry {
         validate::name(&self.limits, "user_name", user)?;
         check_password(password, min_password_len)?;
         let instance_groups = validate::scopes(&self.limits, role, instance_groups)?;
-        let acct = StoredAccount {
-            user_name: user.into(),
-            role,
-            password_hash: crate::auth::hash_password(password)?,
-            instance_groups,
-        };
+        // Argon2 off the async threads (it takes tens of milliseconds).
+        let pw = password.to_string();
+        let password_hash = tokio::task::spawn_blocking(move || crate::auth::hash_password(&pw))
+            .await
+            .map_err(|e| Error::internal(format!("password hashing stopped: {e}")))??;
+        let acct = StoredAccount { user_name: user.into(), role, password_hash, instance_groups };
         let json = serde_json::to_string(&acct).map_err(|e| Error::internal(e.to_string()))?;
         let k = &self.keys;
         self.write(&scripts::REGISTRY_ADD_ACCOUNT, &[&k.version, &k.accounts, &k.api_keys], &[user, &json, role.name()])
