@@ -141,3 +141,74 @@ async fn concurrent_registrations_respect_idempotency_and_max_instance_count() {
     }
     assert_eq!(created, 1, "exactly one concurrent create wins");
 }
+
+/// Runs `lua/auth_failure.lua` once (as kvcm-api does after a wrong password) at `now` ms.
+async fn auth_failure(keys: &[String; 3], now: u64) -> u64 {
+    let mut c = valkey().await;
+    let mut inv = kvcm_core::scripts::AUTH_FAILURE.script().prepare_invoke();
+    inv.key(&keys[0]).key(&keys[1]).key(&keys[2]);
+    // Back-off after 3 failures, 1 s doubling up to 8 s, counters kept for 60 s.
+    inv.arg(now).arg(3).arg(1000).arg(8000).arg(60_000);
+    let (code, until): (i64, String) = inv.invoke_async(&mut c).await.unwrap();
+    assert_eq!(code, 1);
+    until.parse().unwrap()
+}
+
+#[tokio::test]
+async fn failed_logins_start_a_doubling_capped_back_off_on_all_three_counters() {
+    let ns = unique("ns");
+    let k = kvcm_core::keys::AuthKeys::new(&ns);
+    let keys = [k.pair_failures("root", "10.0.0.1"), k.user_failures("root"), k.address_failures("10.0.0.1")];
+    let now = 1_000_000u64;
+    // Two failures: counted, no back-off yet.
+    assert_eq!(auth_failure(&keys, now).await, 0);
+    assert_eq!(auth_failure(&keys, now).await, 0);
+    // Then 1 s, 2 s, 4 s, 8 s, and capped at 8 s.
+    for wait in [1000, 2000, 4000, 8000, 8000, 8000] {
+        assert_eq!(auth_failure(&keys, now).await, now + wait);
+    }
+    let mut c = valkey().await;
+    for key in &keys {
+        let (n, until): (u64, u64) =
+            redis::cmd("HMGET").arg(key).arg("n").arg("until").query_async(&mut c).await.unwrap();
+        assert_eq!((n, until), (8, now + 8000), "{key}");
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut c).await.unwrap();
+        assert!(ttl > 50_000 && ttl <= 60_000, "the counters expire with the window: {ttl}");
+    }
+    // A user's counter is shared by every address; another address's pair and address start afresh.
+    let other = [k.pair_failures("root", "10.0.0.2"), k.user_failures("root"), k.address_failures("10.0.0.2")];
+    assert_eq!(auth_failure(&other, now).await, now + 8000, "root's own counter is past the threshold");
+    let n: u64 = redis::cmd("HGET").arg(&other[0]).arg("n").query_async(&mut c).await.unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn two_admins_deleting_each_other_at_once_leave_exactly_one() {
+    for _ in 0..5 {
+        let api = Api::start();
+        for (user, pw) in [("a1", "admin-pass-1"), ("a2", "admin-pass-2")] {
+            let body = json!({"user_name": user, "password": pw, "role": "ROLE_ADMIN"}).to_string();
+            let auth = (user == "a2").then_some("Bearer a1:admin-pass-1");
+            assert_ok(&api.post(&api.admin, "addAccount", body, auth).await);
+        }
+        let (r1, r2) = tokio::join!(
+            api.post(
+                &api.admin,
+                "deleteAccount",
+                json!({"user_name": "a2"}).to_string(),
+                Some("Bearer a1:admin-pass-1")
+            ),
+            api.post(
+                &api.admin,
+                "deleteAccount",
+                json!({"user_name": "a1"}).to_string(),
+                Some("Bearer a2:admin-pass-2")
+            ),
+        );
+        let ok = [&r1, &r2].iter().filter(|r| code(&r.1) == "OK").count();
+        assert_eq!(ok, 1, "{r1:?} {r2:?}");
+        let dump = dump_namespace(&api.namespace).await;
+        let accounts = dump.iter().find(|(k, _)| k.ends_with(":accounts")).map(|(_, v)| v.clone()).unwrap_or_default();
+        assert_eq!(accounts.matches("ROLE_ADMIN").count(), 1, "{accounts}");
+    }
+}
