@@ -38,6 +38,9 @@ if [ -z "${KVCM_TEST_VALKEY_URL:-}" ]; then
 fi
 
 ns="fuzz-$$-$RANDOM"
+# An admin name the fuzzer cannot guess: it adds admins and deletes accounts by the names it
+# generates (the last admin is protected, but not one among several).
+admin_user="fuzz-root-$RANDOM$RANDOM"
 admin_pw="fuzz-admin-$RANDOM$RANDOM"
 log_file="$OUT/$ns-kvcm-api.log"
 api_pid=""
@@ -53,14 +56,14 @@ trap cleanup EXIT
 # (the back-off itself is tested in tests/tests/security.rs).
 coproc API {
   KVCM_VALKEY_URL="$KVCM_TEST_VALKEY_URL" KVCM_NAMESPACE="$ns" KVCM_META_PORT=0 KVCM_ADMIN_PORT=0 \
-    KVCM_META_AUTH=true KVCM_AUTH_BACKOFF_AFTER=1000000000 KVCM_BOOTSTRAP_ADMIN_USER=root KVCM_BOOTSTRAP_ADMIN_PASSWORD="$admin_pw" \
+    KVCM_META_AUTH=true KVCM_AUTH_BACKOFF_AFTER=1000000000 KVCM_BOOTSTRAP_ADMIN_USER="$admin_user" KVCM_BOOTSTRAP_ADMIN_PASSWORD="$admin_pw" \
     KVCM_LOG_LEVEL=warn exec "$API_BIN" 2>"$log_file"
 }
 api_pid=$API_PID
 read -r -t 30 line <&"${API[0]}" || die "kvcm-api did not start: $(tail -5 "$log_file")"
 meta="$(sed -n 's/.*meta=\([^ ]*\).*/\1/p' <<<"$line")"
 admin="$(sed -n 's/.*admin=\([^ ]*\).*/\1/p' <<<"$line")"
-admin_auth="Basic $(printf 'root:%s' "$admin_pw" | base64 -w0)"
+admin_auth="Basic $(printf '%s:%s' "$admin_user" "$admin_pw" | base64 -w0)"
 
 # What the fuzzers find in place: a storage, the group "fz", its instance "fz-inst" and an engine
 # API key scoped to "fz" (the meta plane is fuzzed with it, so scope refusals are exercised too).
