@@ -89,9 +89,10 @@ impl Principal {
 pub struct Caller(pub Arc<Principal>);
 
 impl Caller {
-    /// Refuses (HTTP 403) unless the caller may act on instances of `group`. The message names
-    /// the instance, not the group: a scoped engine learns nothing about other teams' groups.
-    pub fn authorize(&self, group: &str, what: &str) -> Result<(), Error> {
+    /// Refuses (HTTP 403) unless the caller may act on instances of `group`; `instance` is the
+    /// instance id the request names. The message names the instance, not the group: a scoped
+    /// engine learns nothing about other teams' groups.
+    pub fn authorize(&self, group: &str, instance: &str) -> Result<(), Error> {
         if self.0.may_act_on(group) {
             return Ok(());
         }
@@ -100,8 +101,8 @@ impl Caller {
             _ => "",
         };
         Err(Error::Forbidden(format!(
-            "credential '{who}' is not scoped to the instance group of {what}; an admin can create a \
-             credential with that group in instance_groups"
+            "credential '{who}' is not scoped to the instance group of instance '{instance}'; an admin can \
+             create a credential with that group in instance_groups"
         )))
     }
 }

@@ -25,7 +25,7 @@ use std::time::Instant;
 pub async fn instance(s: &AppState, caller: &Caller, id: &str) -> Result<(Arc<Snapshot>, Arc<InstanceInfo>)> {
     validate::instance_id(s.registry.lookup_limits(), id)?;
     let inst = s.registry.instance(id).await?;
-    caller.authorize(&inst.instance_group_name, &format!("instance '{id}'"))?;
+    caller.authorize(&inst.instance_group_name, id)?;
     Ok((s.registry.snapshot(), inst))
 }
 

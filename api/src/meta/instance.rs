@@ -25,9 +25,8 @@ pub async fn register(
             authorize_registration(&s, &caller, &req)?;
             // If the id is taken, the stored registration's group decides (the snapshot above
             // may have predated it) before the DUPLICATE_ENTITY message names its fields.
-            let what = format!("instance '{}'", req.instance_id);
             s.registry
-                .register_instance_as(&req, |stored| caller.authorize(&stored.instance_group_name, &what))
+                .register_instance_as(&req, |stored| caller.authorize(&stored.instance_group_name, &req.instance_id))
                 .await
                 .map(|storage_configs| RegisterInstanceResponse { storage_configs })
         }
@@ -38,10 +37,9 @@ pub async fn register(
 /// A registration acts on the group it names and, if the id is taken, on the group it is in (a
 /// scoped engine must not learn another group's registration from the DUPLICATE_ENTITY diff).
 pub fn authorize_registration(s: &AppState, caller: &Caller, req: &RegisterInstanceRequest) -> kvcm_core::Result<()> {
-    let what = format!("instance '{}'", req.instance_id);
-    caller.authorize(&req.instance_group, &what)?;
+    caller.authorize(&req.instance_group, &req.instance_id)?;
     if let Some(existing) = s.registry.snapshot().instances.get(&req.instance_id) {
-        caller.authorize(&existing.instance_group_name, &what)?;
+        caller.authorize(&existing.instance_group_name, &req.instance_id)?;
     }
     Ok(())
 }
