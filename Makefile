@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export KVCM_ROOT := $(CURDIR)
 TEST_VALKEY_PORT ?= 7301
 
-.PHONY: run test fuzz deps build build-release lint unit cluster-up cluster-down clean
+.PHONY: run test fuzz deps build build-release lint unit cluster-up cluster-down clean terraform-check
 
 ## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
 run: deps build-release
@@ -11,6 +11,7 @@ run: deps build-release
 
 ## test: install what is missing, check formatting and lints, run every test on a real cluster
 test: deps lint
+	@$(MAKE) --no-print-directory terraform-check
 	cargo build --workspace --bins
 	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
 	@set -o pipefail; status=0; mkdir -p .kvcm; \
@@ -35,6 +36,12 @@ fuzz: deps
 
 deps:
 	@infra/deps.sh
+
+## terraform-check: static checks of terraform/ (python-hcl2 structural checks, checkov), the
+## Dockerfile (hadolint) and docker-compose.yml (yamllint, docker compose config); no terraform
+## binary, Docker engine or AWS credentials needed
+terraform-check: deps
+	@tests/terraform/run.sh
 
 ## openapi: regenerate docs/openapi/{meta,admin}.json from the code (commit the result)
 .PHONY: openapi
