@@ -21,6 +21,8 @@ parsed HCL is checked for what the production stack promises (see terraform/READ
   config       every KVCM_* variable set in Terraform or compose is a key of
                core/config/default.toml; the production values (meta_auth, client_ip_header,
                rediss://, bootstrap admin) are set
+  plan         no count, and no for_each set, depends on a resource's attributes (unknown until
+               apply: `terraform plan` would refuse); a for_each map may carry them as values
   container    Dockerfile: multi-stage, non-root USER, HEALTHCHECK, EXPOSE, no secret ENV/ARG;
                compose: a 3-primary Valkey cluster + init job, the admin password as a secret
 
@@ -403,6 +405,22 @@ def check_iam(r: Repo):
         r.fail("iam", key[0], f"expected policy document {key[1]} not found")
 
 
+RESOURCE_REF = re.compile(r"\b(?:aws|random)_[a-z0-9_]+\.[A-Za-z0-9_-]+(?:\[[^\]]*\])?\.[a-z_]+")
+
+
+def check_plan(r: Repo):
+    for p, doc in r.docs.items():
+        for kind in ("resource", "data"):
+            for t, n, b in blocks(doc, kind):
+                where = f"{p.relative_to(r.root)} {t}.{n}"
+                count, fe = text(b.get("count", "")), text(b.get("for_each", ""))
+                r.ok(not RESOURCE_REF.search(count) and "module." not in count, "plan", where,
+                     f"count depends on a resource attribute, unknown until apply: {count}")
+                set_like = "toset(" in fe or fe.startswith("${[") or fe.startswith("[")
+                r.ok(not (set_like and (RESOURCE_REF.search(fe) or "module." in fe)), "plan", where,
+                     f"for_each over a set of resource attributes (unknown until apply): use a map with static keys: {fe}")
+
+
 def valid_env_names(root: pathlib.Path) -> set[str]:
     cfg = tomllib.loads((root / "core" / "config" / "default.toml").read_text())
     names = set(EXTRA_KVCM_ENV)
@@ -507,7 +525,7 @@ def check_container(r: Repo):
         r.ok(isinstance(spec, dict) and ("file" in spec or "environment" in spec), "container", compose, f"secret {name} must come from a file or the environment")
 
 
-CHECKS = [check_layout, check_variables, check_versions, check_secrets, check_valkey, check_private, check_iam, check_config, check_container]
+CHECKS = [check_layout, check_variables, check_versions, check_secrets, check_valkey, check_private, check_iam, check_plan, check_config, check_container]
 
 
 def run_checks(root: pathlib.Path) -> tuple[int, list[str]]:

@@ -64,6 +64,8 @@ BREAKAGES = {
     "meta auth off": ("terraform/modules/api/main.tf", 'KVCM_META_AUTH            = "true"', 'KVCM_META_AUTH            = "false"', "[config]"),
     "unknown config key": ("terraform/modules/api/main.tf", "KVCM_CLIENT_IP_HEADER =", "KVCM_CLIENT_IP_HEADR =", "[config]"),
     "plain redis": ("terraform/modules/valkey/outputs.tf", '"rediss://${', '"redis://${', "[config]"),
+    "for_each over unknown ids": ("terraform/modules/valkey/main.tf", "for_each = merge(", "for_each = toset(concat([aws_security_group.clients.id], var.client_security_group_ids))\n  x = merge(", "[plan]"),
+    "count on a resource attribute": ("terraform/modules/network/main.tf", "count = var.create_vpc && var.enable_flow_logs ? 1 : 0", "count = aws_vpc.this[0].id != null ? 1 : 0", "[plan]"),
     "root image": ("infra/Dockerfile", "USER 10001:10001", "USER root", "[container]"),
     "no healthcheck": ("infra/Dockerfile", "HEALTHCHECK --interval", "# HEALTHCHECK --interval", "[container]"),
     "password in compose": ("infra/docker-compose.yml", 'KVCM_BOOTSTRAP_ADMIN_USER: "admin"', 'KVCM_BOOTSTRAP_ADMIN_USER: "admin"\n      KVCM_BOOTSTRAP_ADMIN_PASSWORD: "hunter22"', "[container]"),

@@ -5,6 +5,17 @@
 data "aws_availability_zones" "available" {
   #checkov:skip=CKV_AWS_394:Subnets are created once in the first az_count zones; a zone AWS adds later only changes the plan if az_count grows, which is when new zones are wanted.
   state = "available"
+
+  lifecycle {
+    precondition {
+      condition     = var.create_vpc || (var.existing_vpc_id != null && length(var.existing_private_subnet_ids) >= 2)
+      error_message = "create_vpc = false needs existing_vpc_id and at least two existing_private_subnet_ids (in different availability zones)."
+    }
+    precondition {
+      condition     = !(var.create_vpc && var.enable_flow_logs) || var.flow_log_group_arn != null
+      error_message = "enable_flow_logs needs flow_log_group_arn (the observability module's vpc_flow_logs log group)."
+    }
+  }
 }
 
 data "aws_region" "current" {}
@@ -47,7 +58,7 @@ resource "aws_default_security_group" "this" {
 }
 
 resource "aws_flow_log" "this" {
-  count = var.create_vpc && var.flow_log_group_arn != null ? 1 : 0
+  count = var.create_vpc && var.enable_flow_logs ? 1 : 0
 
   vpc_id                   = aws_vpc.this[0].id
   traffic_type             = "ALL"
@@ -69,7 +80,7 @@ data "aws_iam_policy_document" "flow_logs_assume" {
 }
 
 resource "aws_iam_role" "flow_logs" {
-  count              = var.create_vpc && var.flow_log_group_arn != null ? 1 : 0
+  count              = var.create_vpc && var.enable_flow_logs ? 1 : 0
   name               = "${var.name}-vpc-flow-logs"
   assume_role_policy = data.aws_iam_policy_document.flow_logs_assume.json
   tags               = var.tags
@@ -84,7 +95,7 @@ data "aws_iam_policy_document" "flow_logs" {
 }
 
 resource "aws_iam_role_policy" "flow_logs" {
-  count  = var.create_vpc && var.flow_log_group_arn != null ? 1 : 0
+  count  = var.create_vpc && var.enable_flow_logs ? 1 : 0
   name   = "write-flow-logs"
   role   = aws_iam_role.flow_logs[0].id
   policy = data.aws_iam_policy_document.flow_logs.json

@@ -48,9 +48,15 @@ variable "enable_interface_endpoints" {
   default     = true
 }
 
+variable "enable_flow_logs" {
+  type        = bool
+  description = "Send the VPC's flow logs to flow_log_group_arn (create_vpc only). A plain switch, so the plan knows the count before the log group exists."
+  default     = true
+}
+
 variable "flow_log_group_arn" {
   type        = string
-  description = "ARN of the CloudWatch log group receiving the VPC flow logs (created by the observability module). Null: no flow logs (not recommended)."
+  description = "ARN of the CloudWatch log group receiving the VPC flow logs (created by the observability module); required when enable_flow_logs is true."
   default     = null
 
   validation {

@@ -130,7 +130,11 @@ resource "aws_security_group" "valkey" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "valkey_from_clients" {
-  for_each = toset(concat([aws_security_group.clients.id], var.client_security_group_ids))
+  # Keys known at plan time (the group ids are not until apply): "clients", "extra-0", ...
+  for_each = merge(
+    { clients = aws_security_group.clients.id },
+    { for i, id in var.client_security_group_ids : "extra-${i}" => id },
+  )
 
   security_group_id            = aws_security_group.valkey.id
   description                  = "Valkey (TLS) from kvcm clients"
