@@ -4,7 +4,7 @@
 # infra/install-python-tools.sh (run by infra/deps.sh). Fails on the first failing step.
 set -euo pipefail
 ROOT="${KVCM_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
-TOOLS="$ROOT/.kvcm/tools"
+TOOLS="${KVCM_HOME:-$ROOT/.kvcm}/tools"
 cd "$ROOT"
 "$ROOT/infra/install-python-tools.sh" >/dev/null
 
@@ -37,7 +37,7 @@ step "docker compose config (validates the compose file, no engine needed)"
 if command -v terraform >/dev/null 2>&1; then
   step "terraform fmt -check"
   tfrc="$(mktemp)"
-  TF_CLI_CONFIG_FILE="$tfrc" terraform fmt -check -recursive -diff terraform
+  CHECKPOINT_DISABLE=1 TF_CLI_CONFIG_FILE="$tfrc" terraform fmt -check -recursive -diff terraform
   rm -f "$tfrc"
 else
   step "terraform fmt -check: skipped (no terraform binary on PATH)"
