@@ -15,7 +15,8 @@ test: deps lint
 	cargo build --workspace --bins
 	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
 	@set -o pipefail; status=0; mkdir -p .kvcm; \
-	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 \
+	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) KVCM_TEST_TLS_BASE_PORT=$$(( $(TEST_VALKEY_PORT) + 100 )) \
+	  cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 \
 	    | tee .kvcm/test-output.log || status=$$?; \
 	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) tests/fuzz/run.sh $(FUZZ_SLICE) 2>.kvcm/fuzz-slice.log \
 	    | tee .kvcm/fuzz-output.log || { status=1; tail -n 60 .kvcm/fuzz-slice.log; }; \

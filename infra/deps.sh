@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvcm's build, run and tests need, if missing. Idempotent; safe to run often.
 #   infra/deps.sh          Rust toolchain check, Valkey server, fonts for optimizer plots,
-#                          the Python tools the tests use
+#                          stunnel4 and openssl for the TLS tests, the Python tools the tests use
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 command -v cargo >/dev/null || die "cargo is missing: install the Rust toolchain (https://rustup.rs) first"
@@ -25,6 +25,21 @@ if ! ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1; then
     log "warning: no DejaVu font and no root apt-get; optimizer plots will be skipped"
   fi
 fi
+
+# The TLS tests (tests/tests/tls.rs) front a local cluster with stunnel as the TLS terminator
+# (the Valkey wheel is built without TLS) and make throwaway certificates with the openssl CLI.
+for pkg in stunnel4:stunnel4 openssl:openssl; do
+  bin="${pkg%%:*}"; deb="${pkg##*:}"
+  command -v "$bin" >/dev/null && continue
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing $deb (TLS tests)"
+    (apt-get install -y -q "$deb" >/dev/null 2>&1 \
+      || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$deb" >/dev/null 2>&1)) \
+      || die "could not install $deb, which the TLS tests need (apt-get install $deb)"
+  else
+    die "$bin is missing and there is no root apt-get to install it: apt-get install $deb (the TLS tests need it)"
+  fi
+done
 
 # The tests' Python tools: Schemathesis and redis-py (the fuzz slice of `make test`) and
 # openapi-spec-validator (tests/tests/openapi.rs).

@@ -4,6 +4,11 @@
 //! Every key must exist in the embedded defaults, so a typo in a file is an error naming the key,
 //! and an environment variable is parsed with the type of its default. After merging, the whole
 //! config is deserialized into [`Config`] and validated; every error names the offending key.
+//!
+//! Secrets are never configuration values: the Valkey password comes from the environment
+//! variable `KVCM_VALKEY_PASSWORD` or the file named by `valkey_password_file`, is read once at
+//! load into [`Config::valkey_password`] (a [`Secret`] whose `Debug` is redacted), and a
+//! `valkey_password` key in a file is refused with a message saying where it belongs.
 
 use serde::Deserialize;
 use std::path::Path;
@@ -11,8 +16,9 @@ use std::path::Path;
 /// The embedded defaults, documented inline.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
-/// Environment variables with the `KVCM_` prefix that belong to the shell scripts, not to the
-/// server; they are not reported as unknown.
+/// Environment variables with the `KVCM_` prefix that are not configuration keys — the shell
+/// scripts' own, and the secrets read from the environment directly — so they are not reported
+/// as unknown.
 const SCRIPT_VARS: &[&str] = &[
     "home",
     "root",
@@ -21,12 +27,49 @@ const SCRIPT_VARS: &[&str] = &[
     "valkey_replicas",
     "valkey_dir",
     "test_valkey_url",
+    "test_tls_base_port",
     "bootstrap_admin_password",
+    "valkey_password",
 ];
 
 /// The environment variable that may hold the bootstrap admin's password (never a config key,
 /// so it cannot end up in a config file or a printed configuration).
 pub const BOOTSTRAP_PASSWORD_ENV: &str = "KVCM_BOOTSTRAP_ADMIN_PASSWORD";
+
+/// The environment variable that may hold the Valkey password (AUTH token, or the password of
+/// `valkey_username`); the other source is `valkey_password_file`. Never a config key.
+pub const VALKEY_PASSWORD_ENV: &str = "KVCM_VALKEY_PASSWORD";
+
+/// A secret read from the environment or a file. `Debug` and `Display` print `***`;
+/// [`Secret::expose`] is the one way to the text, for the Valkey client.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// The Valkey password and where it came from (for messages that help without showing it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValkeyPassword {
+    pub secret: Secret,
+    /// `KVCM_VALKEY_PASSWORD`, or `valkey_password_file <path>`.
+    pub source: String,
+}
 
 /// `valkey_url`: seed URLs that may carry `user:password@`. Its `Debug` and `Display` redact the
 /// password, so the URL can be put in any message or log line; [`ValkeyUrl::expose`] is the one
@@ -92,6 +135,15 @@ pub struct Config {
     pub meta_port: u16,
     pub admin_port: u16,
     pub valkey_url: ValkeyUrl,
+    pub valkey_username: String,
+    pub valkey_password_file: String,
+    pub valkey_tls_ca_file: String,
+    pub valkey_tls_client_cert_file: String,
+    pub valkey_tls_client_key_file: String,
+    /// From `KVCM_VALKEY_PASSWORD` or `valkey_password_file`, resolved by [`Config::load_from`];
+    /// never deserialized (a `valkey_password` key is refused).
+    #[serde(skip)]
+    pub valkey_password: Option<ValkeyPassword>,
     pub namespace: String,
     pub valkey_timeout_ms: u64,
     pub valkey_connect_timeout_ms: u64,
@@ -210,10 +262,67 @@ impl Config {
                 None => notes.ignored_env.push(name.clone()),
             }
         }
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged))
+        if merged.contains_key("valkey_password") {
+            return Err(ConfigError(format!(
+                "key `valkey_password`: a password is never a configuration value: set the environment variable \
+                 {VALKEY_PASSWORD_ENV} or name a file holding it in valkey_password_file"
+            )));
+        }
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(merged))
             .map_err(|e| ConfigError(format!("key `{}`: {}", e.path(), e.inner())))?;
         config.validate()?;
+        let from_env = env.iter().find(|(k, _)| k == VALKEY_PASSWORD_ENV).map(|(_, v)| v.as_str());
+        config.valkey_password = config.resolve_valkey_password(from_env)?;
         Ok((config, notes))
+    }
+
+    /// The Valkey password from `valkey_password_file` or `KVCM_VALKEY_PASSWORD` (exactly one of
+    /// them, and not also in `valkey_url`). Errors name the source, never the password.
+    fn resolve_valkey_password(&self, from_env: Option<&str>) -> Result<Option<ValkeyPassword>, ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError(format!("key `{key}`: {why}")));
+        let from_env = from_env.filter(|v| !v.is_empty());
+        let password = match (self.valkey_password_file.as_str(), from_env) {
+            ("", None) => None,
+            ("", Some(v)) => Some(ValkeyPassword { secret: Secret(v.to_string()), source: VALKEY_PASSWORD_ENV.into() }),
+            (_, Some(_)) => {
+                return bad(
+                    "valkey_password_file",
+                    &format!("is set and so is {VALKEY_PASSWORD_ENV}: give the password one way only"),
+                );
+            }
+            (path, None) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError(format!("key `valkey_password_file`: cannot read {path}: {}", e.kind()))
+                })?;
+                let text = text.trim_end_matches(['\r', '\n']);
+                if text.is_empty() {
+                    return bad("valkey_password_file", &format!("{path} is empty"));
+                }
+                Some(ValkeyPassword {
+                    secret: Secret(text.to_string()),
+                    source: format!("valkey_password_file {path}"),
+                })
+            }
+        };
+        let urls = self.valkey_urls();
+        let in_url = |part: fn(&redis::ConnectionInfo) -> bool| {
+            urls.iter().any(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).is_ok_and(|i| part(&i)))
+        };
+        if let Some(p) = &password
+            && in_url(|i| i.redis_settings().password().is_some())
+        {
+            return bad("valkey_url", &format!("carries a password and {} gives another: keep one", p.source));
+        }
+        if !self.valkey_username.is_empty() && in_url(|i| i.redis_settings().username().is_some()) {
+            return bad("valkey_url", "carries a user name and valkey_username gives another: keep one");
+        }
+        if !self.valkey_username.is_empty() && password.is_none() {
+            return bad(
+                "valkey_username",
+                &format!("needs a password: set {VALKEY_PASSWORD_ENV} or valkey_password_file"),
+            );
+        }
+        Ok(password)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -234,6 +343,41 @@ impl Config {
             if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
                 return bad("valkey_url", &format!("\"{}\" must start with redis:// or rediss://", redact_url(&url)));
             }
+        }
+        for url in self.valkey_urls() {
+            // Neither the parser's message nor the piece is shown: a piece may be part of a
+            // password that contains a comma. `valkey_url` prints itself redacted.
+            if redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err() {
+                return bad("valkey_url", &format!("{} is not a valid list of Valkey URLs", self.valkey_url));
+            }
+            if url.ends_with("#insecure") {
+                return bad(
+                    "valkey_url",
+                    "#insecure (no certificate checks) is not supported: trust the server's CA with valkey_tls_ca_file",
+                );
+            }
+        }
+        let tls = self.valkey_tls();
+        if self.valkey_urls().iter().any(|u| u.starts_with("rediss://") != tls) {
+            return bad("valkey_url", "seeds must all use redis:// or all rediss:// (TLS)");
+        }
+        for (key, path) in [
+            ("valkey_password_file", &self.valkey_password_file),
+            ("valkey_tls_ca_file", &self.valkey_tls_ca_file),
+            ("valkey_tls_client_cert_file", &self.valkey_tls_client_cert_file),
+            ("valkey_tls_client_key_file", &self.valkey_tls_client_key_file),
+        ] {
+            if !path.is_empty() && !Path::new(path).is_file() {
+                return bad(key, &format!("file {path} does not exist"));
+            }
+            if !path.is_empty() && key.starts_with("valkey_tls_") && !tls {
+                return bad(key, "is set but valkey_url uses redis:// (no TLS): use rediss:// seeds");
+            }
+        }
+        match (self.valkey_tls_client_cert_file.is_empty(), self.valkey_tls_client_key_file.is_empty()) {
+            (false, true) => return bad("valkey_tls_client_key_file", "is needed with valkey_tls_client_cert_file"),
+            (true, false) => return bad("valkey_tls_client_cert_file", "is needed with valkey_tls_client_key_file"),
+            _ => {}
         }
         if self.namespace.is_empty() || !self.namespace.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
@@ -369,6 +513,11 @@ impl Config {
     /// print `valkey_url` itself, which redacts them).
     pub fn valkey_urls(&self) -> Vec<String> {
         self.valkey_url.expose().split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    }
+
+    /// Whether the seeds use TLS (`rediss://`; validation makes all seeds agree).
+    pub fn valkey_tls(&self) -> bool {
+        self.valkey_urls().first().is_some_and(|u| u.starts_with("rediss://"))
     }
 
     /// The admin listener's address (`admin_bind`, or `bind` when empty).
@@ -529,5 +678,72 @@ mod tests {
         assert!(!shown.contains("hunter2") && !shown.contains("pw9"), "{shown}");
         assert_eq!(c.valkey_urls(), vec!["redis://u:hunter2@a:1", "redis://v:pw9@b:2"]);
         assert!(notes.ignored_env.is_empty(), "the bootstrap password variable is known");
+    }
+
+    #[test]
+    fn the_valkey_password_comes_from_the_environment_or_a_file_and_never_from_configuration() {
+        let dir = std::env::temp_dir().join(format!("kvcm-config-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, notes) = Config::load_from(None, &env(&[(VALKEY_PASSWORD_ENV, "t0ken-env")])).unwrap();
+        let p = c.valkey_password.clone().expect("a password");
+        assert_eq!((p.secret.expose(), p.source.as_str()), ("t0ken-env", VALKEY_PASSWORD_ENV));
+        assert!(notes.ignored_env.is_empty(), "the password variable is known");
+        assert!(!format!("{c:?} {p:?} {}", p.secret).contains("t0ken"), "Debug and Display redact it");
+
+        let pw = dir.join("pw");
+        std::fs::write(&pw, "t0ken-file\r\n").unwrap();
+        let pw = pw.to_str().unwrap();
+        let (c, _) =
+            Config::load_from(None, &env(&[("KVCM_VALKEY_PASSWORD_FILE", pw), ("KVCM_VALKEY_USERNAME", "kv")]))
+                .unwrap();
+        let p = c.valkey_password.expect("a password");
+        assert_eq!(p.secret.expose(), "t0ken-file", "trailing line breaks are ignored");
+        assert_eq!(p.source, format!("valkey_password_file {pw}"));
+
+        let refused = |pairs: &[(&str, &str)], key: &str| {
+            let e = Config::load_from(None, &env(pairs)).unwrap_err().to_string();
+            assert!(e.contains(&format!("key `{key}`")) && !e.contains("t0ken"), "{e}");
+            e
+        };
+        let e =
+            refused(&[("KVCM_VALKEY_PASSWORD_FILE", pw), (VALKEY_PASSWORD_ENV, "t0ken-env")], "valkey_password_file");
+        assert!(e.contains("one way only"), "{e}");
+        refused(&[("KVCM_VALKEY_URL", "redis://u:t0ken-url@h:1"), (VALKEY_PASSWORD_ENV, "t0ken-env")], "valkey_url");
+        refused(&[("KVCM_VALKEY_URL", "redis://u@h:1"), ("KVCM_VALKEY_USERNAME", "v")], "valkey_url");
+        refused(&[("KVCM_VALKEY_USERNAME", "kv")], "valkey_username");
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        refused(&[("KVCM_VALKEY_PASSWORD_FILE", empty.to_str().unwrap())], "valkey_password_file");
+        refused(&[("KVCM_VALKEY_PASSWORD_FILE", "/no/such/file")], "valkey_password_file");
+        // A password in a config file is refused, pointing at where it belongs.
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "valkey_password = \"t0ken-config\"\n").unwrap();
+        let e = Config::load_from(Some(&file), &[]).unwrap_err().to_string();
+        assert!(e.contains("key `valkey_password`") && e.contains(VALKEY_PASSWORD_ENV) && !e.contains("t0ken"), "{e}");
+        // An empty variable is no password.
+        let (c, _) = Config::load_from(None, &env(&[(VALKEY_PASSWORD_ENV, "")])).unwrap();
+        assert!(c.valkey_password.is_none());
+    }
+
+    #[test]
+    fn tls_settings_are_checked_at_load_and_errors_name_their_key() {
+        let dir = std::env::temp_dir().join(format!("kvcm-config-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let ca = ca.to_str().unwrap();
+        let tls = ("KVCM_VALKEY_URL", "rediss://a:1,rediss://b:2");
+        let (c, _) = Config::load_from(None, &env(&[tls, ("KVCM_VALKEY_TLS_CA_FILE", ca)])).unwrap();
+        assert!(c.valkey_tls());
+        let refused = |pairs: &[(&str, &str)], key: &str, why: &str| {
+            let e = Config::load_from(None, &env(pairs)).unwrap_err().to_string();
+            assert!(e.contains(&format!("key `{key}`")) && e.contains(why), "{e}");
+        };
+        refused(&[tls, ("KVCM_VALKEY_TLS_CA_FILE", "/no/such/ca.pem")], "valkey_tls_ca_file", "does not exist");
+        refused(&[("KVCM_VALKEY_TLS_CA_FILE", ca)], "valkey_tls_ca_file", "use rediss://");
+        refused(&[tls, ("KVCM_VALKEY_TLS_CLIENT_CERT_FILE", ca)], "valkey_tls_client_key_file", "is needed");
+        refused(&[tls, ("KVCM_VALKEY_TLS_CLIENT_KEY_FILE", ca)], "valkey_tls_client_cert_file", "is needed");
+        refused(&[("KVCM_VALKEY_URL", "rediss://a:1,redis://b:2")], "valkey_url", "all rediss://");
+        refused(&[("KVCM_VALKEY_URL", "rediss://a:1/#insecure")], "valkey_url", "#insecure");
     }
 }

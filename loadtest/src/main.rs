@@ -10,6 +10,7 @@ use kvcm_core::mask::BlockMask;
 use kvcm_core::registry::Registry;
 use kvcm_core::store::get_cache_location::QueryType;
 use kvcm_core::store::{DataPlane, Limits};
+use kvcm_core::valkey::Access;
 use kvcm_core::wire::admin::{InstanceGroup, NfsStorageSpec, StorageConfig};
 use kvcm_core::wire::{LocationSpecInfo, ModelDeployment, RegisterInstanceRequest};
 use redis::cluster_async::ClusterConnection;
@@ -101,6 +102,7 @@ enum Cmd {
 struct Bench {
     ns: String,
     conn: ClusterConnection,
+    valkey: Access,
     registry: Arc<Registry>,
     data: DataPlane,
     instance: String,
@@ -109,7 +111,10 @@ struct Bench {
 impl Bench {
     async fn new(valkey: &str, specs: usize) -> Result<Bench> {
         let ns = format!("bench{:08x}", fastrand::u32(..));
-        let conn = kvcm_core::valkey::connect_urls(&[valkey.to_string()], 5000, 2000).await?;
+        let mut config = valkey_config(valkey)?;
+        config.valkey_timeout_ms = 5000;
+        let valkey = Access::from_config(&config)?;
+        let conn = valkey.connect().await?;
         let registry = Registry::open(conn.clone(), &ns, Default::default()).await?;
         let storage = StorageConfig {
             global_unique_name: "files".into(),
@@ -149,7 +154,7 @@ impl Bench {
             ..Default::default()
         };
         let data = DataPlane::new(conn.clone(), &ns, limits);
-        Ok(Bench { ns, conn, registry, data, instance })
+        Ok(Bench { ns, conn, valkey, registry, data, instance })
     }
 
     /// Writes `prompts` prompts of `len` chained random blocks; returns the prompts' keys.
@@ -194,8 +199,7 @@ impl Bench {
                 let redis::Value::Array(node) = parts[2].clone() else { continue };
                 let host: String = redis::from_redis_value(node[0].clone())?;
                 let port: u16 = redis::from_redis_value(node[1].clone())?;
-                let client = redis::Client::open(format!("redis://{host}:{port}"))?;
-                return Ok(client.get_multiplexed_async_connection().await?);
+                return Ok(self.valkey.node(&format!("{host}:{port}")).await?);
             }
         }
         anyhow::bail!("no node serves slot {slot}")
@@ -234,6 +238,17 @@ async fn command_stat(node: &mut redis::aio::MultiplexedConnection, cmd: &str) -
     Ok((get("calls"), get("usec")))
 }
 
+/// A kvcm config for the seed `valkey`: the embedded defaults plus the environment's Valkey
+/// access settings (`KVCM_VALKEY_*`: TLS files, user, timeouts, and `KVCM_VALKEY_PASSWORD`), so a
+/// benchmark reaches a TLS / AUTH cluster as kvcm would; everything else stays at its default,
+/// so runs compare.
+fn valkey_config(valkey: &str) -> Result<kvcm_core::config::Config> {
+    let mut env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| k.starts_with("KVCM_VALKEY_") && k != "KVCM_VALKEY_URL").collect();
+    env.push(("KVCM_VALKEY_URL".into(), valkey.into()));
+    Ok(kvcm_core::config::Config::load_from(None, &env)?.0)
+}
+
 /// An in-process kvcm-api (the real router and HTTP server) on a free loopback port.
 async fn serve(
     valkey: &str,
@@ -241,10 +256,9 @@ async fn serve(
     max_keys: usize,
     tweak: impl FnOnce(&mut kvcm_core::config::Config),
 ) -> Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>)> {
-    let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
+    let mut config = valkey_config(valkey)?;
     config.meta_port = 0;
     config.admin_port = 0;
-    config.valkey_url = kvcm_core::config::ValkeyUrl::new(valkey);
     config.namespace = ns.to_string();
     config.max_keys_per_request = max_keys.max(1);
     config.max_body_bytes = 64 << 20;
@@ -381,8 +395,7 @@ async fn main() -> Result<()> {
                 b.data.remove_blocks(&inst, &all, 0, 1 << 32).await?;
                 let mut ws = Vec::new();
                 for i in 0..workers {
-                    let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
-                    config.valkey_url = kvcm_core::config::ValkeyUrl::new(args.valkey.clone());
+                    let mut config = valkey_config(&args.valkey)?;
                     config.namespace = b.ns.clone();
                     config.worker.metrics_port = 0;
                     config.worker.id = format!("bench-{i}");
@@ -424,8 +437,7 @@ async fn main() -> Result<()> {
             group.quota.capacity = bytes * 100 / (100 + over_percent as i64);
             group.cache_config.reclaim_strategy.trigger_strategy.used_percentage = 1.0;
             b.registry.update_group(group.clone(), current).await?;
-            let mut config = kvcm_core::config::Config::load_from(None, &[])?.0;
-            config.valkey_url = kvcm_core::config::ValkeyUrl::new(args.valkey.clone());
+            let mut config = valkey_config(&args.valkey)?;
             config.namespace = b.ns.clone();
             config.worker.metrics_port = 0;
             let w = kvcm_worker::build(config).await?.worker;

@@ -9,6 +9,9 @@
 //!   registry and never flush the shared cluster.
 //! * [`dump_namespace`] snapshots every key of a namespace, to prove a failed request left no
 //!   partial change.
+//! * [`TlsCluster`] starts (once per test binary, stopped when the last binary using it exits)
+//!   local clusters reachable only over TLS through stunnel, with AUTH, one of them requiring
+//!   client certificates, for tests/tests/tls.rs.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -242,6 +245,14 @@ pub struct WorkerProc {
 impl WorkerProc {
     /// Starts kvcm-worker in `namespace` with fast test intervals and extra `KVCM_*` variables.
     pub fn start(namespace: &str, env: &[(&str, &str)]) -> WorkerProc {
+        match Self::try_start(namespace, env) {
+            Ok(w) => w,
+            Err(f) => panic!("kvcm-worker did not start ({:?}):\n{}", f.code, f.stderr),
+        }
+    }
+
+    /// Starts kvcm-worker; returns its exit code and stderr if it exits instead of serving.
+    pub fn try_start(namespace: &str, env: &[(&str, &str)]) -> Result<WorkerProc, Failed> {
         let defaults = [
             ("KVCM_WORKER__METRICS_PORT", "0"),
             ("KVCM_WORKER__DISCOVER_INTERVAL_MS", "200"),
@@ -249,11 +260,17 @@ impl WorkerProc {
             ("KVCM_WORKER__RECLAIM_INTERVAL_MS", "200"),
         ];
         let (mut child, line, log) = spawn_kvcm("kvcm-worker", namespace, &defaults, env);
-        let Some(metrics) = field(&line, "metrics") else {
-            let _ = child.kill();
-            panic!("kvcm-worker did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-        };
-        WorkerProc { child, metrics, log }
+        match field(&line, "metrics") {
+            Some(metrics) => Ok(WorkerProc { child, metrics, log }),
+            None => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                Err(Failed {
+                    code: status.and_then(|s| s.code()),
+                    stderr: std::fs::read_to_string(&log).unwrap_or_default(),
+                })
+            }
+        }
     }
 
     /// The value of one metric line (name with labels, as printed), or 0.
@@ -306,9 +323,15 @@ pub fn assert_err(reply: &(u16, Value), expected: &str, needle: &str) {
     assert!(message(&reply.1).contains(needle), "message {:?} lacks {needle:?}", message(&reply.1));
 }
 
+/// How the harness reaches the shared test cluster directly: its URL's scheme and credentials
+/// (a `rediss://` test cluster is verified against the system's trusted roots).
+fn test_cluster() -> kvcm_core::valkey::Access {
+    kvcm_core::valkey::Access::from_urls(&[valkey_url()], 5000, 2000)
+}
+
 /// A direct connection to the test cluster, for inspecting state.
 pub async fn valkey() -> redis::cluster_async::ClusterConnection {
-    redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap()
+    test_cluster().cluster().await.unwrap()
 }
 
 /// Every key of a namespace with its full contents, for before/after comparisons. Scans every
@@ -319,8 +342,7 @@ pub async fn dump_namespace(namespace: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for line in nodes.lines().filter(|l| l.contains("master")) {
         let addr = line.split_whitespace().nth(1).unwrap().split('@').next().unwrap();
-        let client = redis::Client::open(format!("redis://{addr}")).unwrap();
-        let mut node = client.get_multiplexed_async_connection().await.unwrap();
+        let mut node = test_cluster().node(addr).await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{namespace}:*")).query_async(&mut node).await.unwrap();
         for key in keys {
             let ty: String = redis::cmd("TYPE").arg(&key).query_async(&mut node).await.unwrap();
@@ -623,8 +645,7 @@ pub async fn command_calls(command: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for line in nodes.lines().filter(|l| !l.trim().is_empty()) {
         let addr = line.split_whitespace().nth(1).unwrap().split('@').next().unwrap().to_string();
-        let client = redis::Client::open(format!("redis://{addr}")).unwrap();
-        let mut node = client.get_multiplexed_async_connection().await.unwrap();
+        let mut node = test_cluster().node(&addr).await.unwrap();
         let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut node).await.unwrap();
         let calls = info
             .lines()
@@ -736,4 +757,167 @@ fn free_ports<const N: usize>() -> [u16; N] {
     let held: Vec<std::net::TcpListener> =
         (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}
+
+/// A local cluster that clients reach only over TLS, with AUTH: `infra/valkey-cluster.sh start
+/// --tls --auth [--mtls]` puts stunnel in front of each node and makes every node announce its
+/// TLS port, so CLUSTER SLOTS and redirects lead the client to TLS ports only. Certificates (a
+/// throwaway CA, a server certificate for 127.0.0.1, a client certificate, an unrelated CA) and
+/// the passwords are made by the script under the cluster's directory.
+///
+/// Ports: `KVCM_TEST_TLS_BASE_PORT` (default 7711): the TLS cluster on base.. (TLS) and base+3..
+/// (the nodes' own plain ports), the mutual-TLS cluster on base+10.. and base+13...
+///
+/// Lifetime: the first test of a binary that asks starts the cluster (or reuses a healthy one)
+/// under an exclusive lock, then holds a shared "users" lock for the rest of the process. A small
+/// watchdog process reads a pipe from this process; when the process exits, however it exits,
+/// the pipe closes and the watchdog stops the cluster (stunnel included) — unless another test
+/// binary still holds the users lock, in which case that binary's watchdog stops it later.
+pub struct TlsCluster {
+    /// `rediss://127.0.0.1:<first TLS port>`.
+    pub url: String,
+    /// `redis://127.0.0.1:<first node's own port>`: the same cluster without TLS.
+    pub plain_url: String,
+    pub dir: PathBuf,
+    pub ca: PathBuf,
+    pub other_ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// The default user's password (an AUTH token, as ElastiCache's).
+    pub token: String,
+    /// An ACL user and the file holding its password.
+    pub user: &'static str,
+    pub user_password_file: PathBuf,
+    /// Whether the TLS ports require a client certificate.
+    pub mtls: bool,
+}
+
+impl TlsCluster {
+    /// The cluster whose TLS ports need no client certificate.
+    pub fn tls() -> &'static TlsCluster {
+        static C: OnceLock<TlsCluster> = OnceLock::new();
+        C.get_or_init(|| Self::start(tls_base_port(), false))
+    }
+
+    /// The cluster whose TLS ports require a client certificate signed by its CA.
+    pub fn mtls() -> &'static TlsCluster {
+        static C: OnceLock<TlsCluster> = OnceLock::new();
+        C.get_or_init(|| Self::start(tls_base_port() + 10, true))
+    }
+
+    fn start(base: u16, mtls: bool) -> TlsCluster {
+        let kvcm = repo_root().join(".kvcm");
+        let dir = kvcm.join(format!("test-valkey-tls-{base}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let start_lock_path = kvcm.join(format!("test-tls-{base}.lock"));
+        let users_lock_path = kvcm.join(format!("test-tls-{base}.users"));
+        let start_lock = std::fs::File::create(&start_lock_path).expect("create lock file");
+        start_lock.lock().expect("lock the TLS test cluster");
+        let users = std::fs::File::create(&users_lock_path).expect("create lock file");
+        users.lock_shared().expect("share the TLS test cluster");
+        let script = repo_root().join("infra/valkey-cluster.sh");
+        let mut args = vec!["start", "--tls", "--auth"];
+        if mtls {
+            args.push("--mtls");
+        }
+        let out = Command::new(&script)
+            .args(&args)
+            .args(["--base-port", &base.to_string(), "--dir", dir.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run infra/valkey-cluster.sh");
+        assert!(out.status.success(), "could not start the TLS test cluster on {base}");
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert_eq!(url, format!("rediss://127.0.0.1:{base}"));
+        // The watchdog: stops the cluster once this process is gone and no other user is left.
+        let logs = kvcm.join("test-logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = std::fs::File::create(logs.join(format!("tls-cluster-{base}-watchdog.log"))).unwrap();
+        let stop = format!(
+            "cat >/dev/null; exec flock '{start}' flock -n '{users}' '{script}' stop --base-port {base} --dir '{dir}'",
+            start = start_lock_path.display(),
+            users = users_lock_path.display(),
+            script = script.display(),
+            dir = dir.display(),
+        );
+        let mut watchdog = Command::new("bash")
+            .args(["-c", &stop])
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the TLS cluster watchdog");
+        // Both stay open until the process exits: the pipe's write end keeps the watchdog
+        // waiting, the file keeps the shared lock.
+        std::mem::forget(watchdog.stdin.take());
+        std::mem::forget(watchdog);
+        std::mem::forget(users);
+        drop(start_lock);
+        let tls = dir.join("tls");
+        let secret = |name: &str| std::fs::read_to_string(dir.join("secrets").join(name)).unwrap().trim().to_string();
+        TlsCluster {
+            url,
+            plain_url: format!("redis://127.0.0.1:{}", base + 3),
+            ca: tls.join("ca.pem"),
+            other_ca: tls.join("other-ca.pem"),
+            client_cert: tls.join("client.pem"),
+            client_key: tls.join("client.key"),
+            token: secret("token"),
+            user: "kvcm",
+            user_password_file: dir.join("secrets/kvcm.password"),
+            dir,
+            mtls,
+        }
+    }
+
+    /// `KVCM_*` variables for a kvcm process that reaches this cluster as a deployment would:
+    /// the URL, the CA file, the AUTH token in `KVCM_VALKEY_PASSWORD` and, on the mutual-TLS
+    /// cluster, the client certificate and key.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let path = |p: &PathBuf| p.to_str().unwrap().to_string();
+        let mut env = vec![
+            ("KVCM_VALKEY_URL".to_string(), self.url.clone()),
+            ("KVCM_VALKEY_TLS_CA_FILE".to_string(), path(&self.ca)),
+            ("KVCM_VALKEY_PASSWORD".to_string(), self.token.clone()),
+        ];
+        if self.mtls {
+            env.push(("KVCM_VALKEY_TLS_CLIENT_CERT_FILE".into(), path(&self.client_cert)));
+            env.push(("KVCM_VALKEY_TLS_CLIENT_KEY_FILE".into(), path(&self.client_key)));
+        }
+        env
+    }
+
+    /// How the tests reach this cluster directly: [`TlsCluster::env`] read as kvcm reads it.
+    pub fn access(&self) -> kvcm_core::valkey::Access {
+        let (config, _) = kvcm_core::config::Config::load_from(None, &self.env()).expect("the TLS test config");
+        kvcm_core::valkey::Access::from_config(&config).expect("the TLS test access")
+    }
+
+    /// How many keys of `namespace` each primary holds, by announced (TLS) address: every node
+    /// is reached on its own TLS connection, as the worker's discovery does.
+    pub async fn keys_per_node(&self, namespace: &str) -> BTreeMap<String, usize> {
+        let access = self.access();
+        let mut conn = access.cluster().await.expect("a TLS cluster connection");
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.unwrap();
+        let mut out = BTreeMap::new();
+        for line in nodes.lines().filter(|l| l.contains("master")) {
+            let addr = line.split_whitespace().nth(1).unwrap().split('@').next().unwrap().to_string();
+            let mut node = access.node(&addr).await.unwrap_or_else(|e| panic!("a TLS connection to {addr}: {e}"));
+            let keys: Vec<String> =
+                redis::cmd("KEYS").arg(format!("{namespace}:*")).query_async(&mut node).await.unwrap();
+            out.insert(addr, keys.len());
+        }
+        out
+    }
+}
+
+/// First port of the TLS test clusters (see [`TlsCluster`]).
+fn tls_base_port() -> u16 {
+    std::env::var("KVCM_TEST_TLS_BASE_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(7711)
+}
+
+/// `(String, String)` pairs as the `(&str, &str)` pairs [`Api::start_with`] takes.
+pub fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }

@@ -308,6 +308,30 @@ async fn no_secret_appears_in_anything_the_binaries_print() {
         printed += &run_to_exit("kvcm-worker", &env);
     }
     assert!(printed.contains("kvuser:***@"), "the URL is shown, redacted:\n{printed}");
+    // The Valkey password given the documented ways, from the environment and from a file, with
+    // Valkey unreachable and with Valkey refusing it (the test cluster has no password set).
+    let file = repo_root().join(".kvcm/test-tmp").join(unique("valkey-password"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    let cluster = valkey_url();
+    let sources: [&[(&str, &str)]; 3] = [
+        &[("KVCM_VALKEY_URL", "redis://127.0.0.1:1"), ("KVCM_VALKEY_PASSWORD", SECRET)],
+        &[("KVCM_VALKEY_URL", &cluster), ("KVCM_VALKEY_PASSWORD", SECRET)],
+        &[
+            ("KVCM_VALKEY_URL", &cluster),
+            ("KVCM_VALKEY_USERNAME", "kvuser"),
+            ("KVCM_VALKEY_PASSWORD_FILE", file.to_str().unwrap()),
+        ],
+    ];
+    for source in sources {
+        let mut env = source.to_vec();
+        env.push(("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500"));
+        let failed = Api::try_start(&unique("ns"), &env).err().expect("must not start");
+        printed += &failed.stderr;
+        printed += &run_to_exit("kvcm-worker", &env);
+    }
+    assert!(printed.contains("(password from KVCM_VALKEY_PASSWORD)"), "the source is named:\n{printed}");
+    assert!(printed.contains("(password from valkey_password_file"), "the source is named:\n{printed}");
     // The bootstrap password, and passwords tried against a running server.
     let api = Api::start_with(
         &unique("ns"),

@@ -1,6 +1,8 @@
 //! Finds the instances with background work: every primary is scanned for the namespace's
 //! deletion streams, session sets and block hashes (SCAN reaches one node at a time). Registry instances are
-//! included too, so a new instance is covered before its first deletion.
+//! included too, so a new instance is covered before its first deletion. Node addresses are
+//! those CLUSTER NODES announces (a TLS port where a terminator fronts the node); each node is
+//! reached with the seeds' scheme, credentials and TLS settings (`kvcm_core::valkey::Access`).
 
 use crate::Worker;
 use std::collections::BTreeSet;
@@ -18,7 +20,8 @@ pub async fn refresh(w: &Worker) -> anyhow::Result<()> {
         if !flags.contains(&"master") || flags.contains(&"fail") {
             continue;
         }
-        let Some(addr) = fields.get(1).and_then(|a| a.split('@').next()) else { continue };
+        let Some(addr) = fields.get(1).and_then(|a| client_addr(a)) else { continue };
+        let addr = addr.as_str();
         // One unreachable node must not stop the deletions known on the others.
         if let Err(e) = scan_node(w, addr, &mut found).await {
             tracing::warn!(node = %addr, error = %e, "discovery scan of a node failed");
@@ -29,29 +32,22 @@ pub async fn refresh(w: &Worker) -> anyhow::Result<()> {
     failed.map_or(Ok(()), Err)
 }
 
-/// The seed URL with its host:port replaced by `addr` (keeping scheme, credentials, query).
-fn node_url(seed: &str, addr: &str) -> String {
-    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
-    let (auth, hostpart) = match rest.rsplit_once('@') {
-        Some((a, h)) => (Some(a), h),
-        None => (None, rest),
-    };
-    let tail = hostpart.find(['/', '?', '#']).map(|i| &hostpart[i..]).unwrap_or("");
-    match auth {
-        Some(a) => format!("{scheme}://{a}@{addr}{tail}"),
-        None => format!("{scheme}://{addr}{tail}"),
+/// The address clients use for a node, from the second field of a CLUSTER NODES line,
+/// `ip:port@cport[,hostname]`: the hostname when the node announces one — with TLS it is the name
+/// the node's certificate carries (ElastiCache's nodes announce theirs), where the IP is not.
+fn client_addr(field: &str) -> Option<String> {
+    let (ip_port, rest) = field.split_once('@')?;
+    let (_, port) = ip_port.rsplit_once(':')?;
+    match rest.split_once(',') {
+        Some((_, host)) if !host.is_empty() => Some(format!("{host}:{port}")),
+        _ => Some(ip_port.to_string()),
     }
 }
 
 async fn scan_node(w: &Worker, addr: &str, found: &mut BTreeSet<String>) -> anyhow::Result<()> {
     let ns = &w.config.namespace;
-    let seed = w.config.valkey_urls().into_iter().next().unwrap_or_default();
-    let client = redis::Client::open(node_url(&seed, addr))?;
-    let mut node = tokio::time::timeout(
-        std::time::Duration::from_millis(w.config.valkey_connect_timeout_ms),
-        client.get_multiplexed_async_connection(),
-    )
-    .await??;
+    // The seeds' scheme, credentials and TLS settings; connect and response timeouts bounded.
+    let mut node = w.valkey.node(addr).await?;
     for pattern in
         [format!("{ns}:v1:{{i:*}}:del"), format!("{ns}:v1:{{i:*}}:sessions"), format!("{ns}:v1:{{i:*}}:blocks")]
     {
@@ -83,11 +79,13 @@ pub fn instances(w: &Worker) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn node_urls_keep_scheme_credentials_and_options() {
-        assert_eq!(super::node_url("redis://10.0.0.1:7001", "10.0.0.2:7002"), "redis://10.0.0.2:7002");
+    fn nodes_are_reached_at_their_announced_hostname_when_they_have_one() {
+        assert_eq!(super::client_addr("10.0.0.2:7002@17002").as_deref(), Some("10.0.0.2:7002"));
+        assert_eq!(super::client_addr("10.0.0.2:7002@17002,").as_deref(), Some("10.0.0.2:7002"));
         assert_eq!(
-            super::node_url("rediss://u:p@h:6379/0#insecure", "1.2.3.4:6380"),
-            "rediss://u:p@1.2.3.4:6380/0#insecure"
+            super::client_addr("10.0.0.2:6379@1122,kvcm-0001-001.abc.cache.amazonaws.com").as_deref(),
+            Some("kvcm-0001-001.abc.cache.amazonaws.com:6379")
         );
+        assert_eq!(super::client_addr("garbage"), None);
     }
 }

@@ -35,6 +35,8 @@ pub struct Worker {
     pub id: String,
     pub config: Arc<Config>,
     pub conn: ClusterConnection,
+    /// How to reach Valkey (seeds, credentials, TLS), for the per-node connections of discovery.
+    pub valkey: kvcm_core::valkey::Access,
     pub registry: Arc<Registry>,
     pub data: DataPlane,
     pub metrics: Arc<metrics::Metrics>,
@@ -51,7 +53,9 @@ pub struct Server {
 }
 
 pub async fn build(config: Config) -> anyhow::Result<Server> {
-    let conn = kvcm_core::valkey::connect(&config)
+    let valkey = kvcm_core::valkey::Access::from_config(&config)?;
+    let conn = valkey
+        .connect()
         .await
         .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
     let registry =
@@ -73,6 +77,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         id,
         config: Arc::new(config),
         conn,
+        valkey,
         registry,
         data,
         metrics: metrics::Metrics::new(),
