@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python tools of kvcm's tests (infra/requirements-test.txt, fully pinned:
-# Schemathesis and redis-py for the fuzzer, openapi-spec-validator for the OpenAPI test) with
+# Schemathesis and redis-py for the fuzzer, openapi-spec-validator for the OpenAPI test,
+# cargo-lambda — a wheel that ships the binary, into bin/ — for the Lambda test) with
 # `pip --target` into .kvcm/tools/python, if they are missing or the requirements changed (no
 # virtualenv: a clean Debian may lack python3-venv). Idempotent; prints the directory to put on
 # PYTHONPATH.
@@ -8,7 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR="$KVCM_HOME/tools/python"
 REQ="$KVCM_ROOT/infra/requirements-test.txt"
-if cmp -s "$REQ" "$DIR/.requirements" 2>/dev/null && PYTHONPATH="$DIR" python3 -c "import schemathesis, redis, openapi_spec_validator" 2>/dev/null; then
+if cmp -s "$REQ" "$DIR/.requirements" 2>/dev/null && PYTHONPATH="$DIR" python3 -c "import schemathesis, redis, openapi_spec_validator" 2>/dev/null \
+  && [ -x "$DIR/bin/cargo-lambda" ]; then
   echo "$DIR"
   exit 0
 fi
