@@ -26,6 +26,6 @@ if ! ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1; then
   fi
 fi
 
-# The tests' Python tools: Schemathesis and redis-py (the fuzz slice of `make test`) and
-# openapi-spec-validator (tests/tests/openapi.rs).
+# The tests' Python tools: Schemathesis and redis-py (the fuzz slice of `make test`),
+# openapi-spec-validator (tests/tests/openapi.rs) and cargo-lambda (tests/tests/lambda.rs).
 "$(dirname "$0")/install-python-tools.sh" >/dev/null

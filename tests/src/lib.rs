@@ -961,6 +961,42 @@ impl LambdaFunction {
     }
 }
 
+impl LambdaFunction {
+    /// The function process's established TCP connections other than those to its emulator, as
+    /// (local port, remote port) pairs, read from `/proc` (Linux): its Valkey connections.
+    pub fn valkey_connections(&self) -> std::collections::BTreeSet<(u16, u16)> {
+        let emulator_port: u16 = self.emulator.base.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+        let pid = self.function.id();
+        // The process's sockets, by inode.
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the function process runs")
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let t = target.to_string_lossy();
+                Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .collect();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        let mut found = std::collections::BTreeSet::new();
+        for table in ["tcp", "tcp6"] {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                if cols.len() < 10 || cols[3] != "01" || !inodes.contains(cols[9]) {
+                    continue;
+                }
+                if let (Some(local), Some(remote)) = (port(cols[1]), port(cols[2]))
+                    && remote != emulator_port
+                {
+                    found.insert((local, remote));
+                }
+            }
+        }
+        found
+    }
+}
+
 impl Drop for LambdaFunction {
     fn drop(&mut self) {
         let _ = self.function.kill();
