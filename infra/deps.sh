@@ -41,6 +41,7 @@ for pkg in stunnel4:stunnel4 openssl:openssl; do
   fi
 done
 
-# The tests' Python tools: Schemathesis and redis-py (the fuzz slice of `make test`) and
-# openapi-spec-validator (tests/tests/openapi.rs).
+# The tests' Python tools: Schemathesis and redis-py (the fuzz slice of `make test`),
+# openapi-spec-validator (tests/tests/openapi.rs), cargo-lambda (tests/tests/lambda.rs) and the
+# deployment checks' linters (make terraform-check).
 "$(dirname "$0")/install-python-tools.sh" >/dev/null

@@ -231,7 +231,7 @@ pub fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<Socket
 }
 
 /// One proxy-written address: `1.2.3.4`, `1.2.3.4:5678`, `2001:db8::1`, `[2001:db8::1]:443`.
-fn parse_forwarded(entry: &str) -> Option<IpAddr> {
+pub(crate) fn parse_forwarded(entry: &str) -> Option<IpAddr> {
     let entry = entry.trim();
     if let Ok(ip) = entry.parse() {
         return Some(ip);
@@ -544,9 +544,10 @@ fn with_caller(mut req: Request, principal: Principal) -> Request {
     req
 }
 
-/// Whether the admin listener is on a loopback address.
+/// Whether the admin listener is on a loopback address. Never for an AWS Lambda function
+/// (`lambda_plane` set): it has no listener and is reachable from wherever its trigger is.
 pub fn admin_on_loopback(state: &AppState) -> bool {
-    state.config.admin_bind().parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
+    state.config.lambda_plane.is_none() && state.config.admin_bind().parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
 }
 
 /// Admin plane: admins only, once an admin account exists. While none exists the plane is open

@@ -7,11 +7,15 @@
 //! its addresses; [`Server::run`] serves until the shutdown future completes, then drains
 //! in-flight requests. Connections are handled by [`transport`] (timeouts, connection cap,
 //! graceful shutdown); `GET /api/healthy` answers from [`health`], kept fresh in the background.
+//!
+//! In the AWS Lambda runtime, [`lambda`] serves one plane's router instead, built by the same
+//! steps ([`connect`], [`open_registry`], [`app_state`]) without binding any socket.
 
 pub mod admin;
 pub mod auth;
 pub mod event_log;
 pub mod health;
+pub mod lambda;
 pub mod meta;
 pub mod metrics;
 pub mod openapi;
@@ -28,12 +32,14 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode as Http, Uri};
 use axum::middleware::from_fn;
 use axum::response::Response;
-use kvcm_core::config::Config;
+use kvcm_core::config::{Config, LambdaPlane};
 use kvcm_core::registry::Registry;
 use kvcm_core::wire::StatusCode;
+use redis::cluster_async::ClusterConnection;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -50,21 +56,17 @@ pub struct Server {
 
 /// Connects, loads, applies the startup config, creates the bootstrap admin, checks that the
 /// configuration is safe to serve (fail closed, docs/security.md) and binds both listeners.
+/// (An AWS Lambda function binds nothing: see [`lambda::prepare`].)
 pub async fn build(config: Config) -> anyhow::Result<Server> {
-    let conn = kvcm_core::valkey::connect(&config)
-        .await
-        .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))?;
-    let registry =
-        Registry::open(conn.clone(), &config.namespace, (&config).into()).await.context("cannot load the registry")?;
-    if !config.startup_config.is_empty() {
-        let text = std::fs::read_to_string(&config.startup_config)
-            .with_context(|| format!("cannot read startup_config {}", config.startup_config))?;
-        let startup = kvcm_core::registry::tair_format::parse_startup(&text)
-            .map_err(|e| anyhow::anyhow!("startup_config {}: {}", config.startup_config, e.public_message()))?;
-        registry.apply_startup(startup).await.map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
+    if let Some(plane) = config.lambda_plane {
+        anyhow::bail!(
+            "lambda_plane = \"{}\" but this process is not running in AWS Lambda (AWS_LAMBDA_RUNTIME_API is \
+             unset): unset lambda_plane to serve both planes on listeners",
+            plane.name()
+        );
     }
-    bootstrap_admin(&config, &registry).await?;
-    refuse_unsafe_exposure(&config, &registry.snapshot())?;
+    let conn = connect(&config).await?;
+    let registry = open_registry(&config, conn.clone()).await?;
     let meta = TcpListener::bind((config.bind.as_str(), config.meta_port))
         .await
         .with_context(|| format!("cannot bind the meta plane to {}:{}", config.bind, config.meta_port))?;
@@ -79,6 +81,42 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         meta_port: meta_addr.port(),
         admin_port: admin_addr.port(),
     };
+    let state = app_state(config, conn, registry, node)?;
+    let health = state.health.clone();
+    Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
+}
+
+/// Opens the cluster connection and loads every Lua script on every primary.
+pub async fn connect(config: &Config) -> anyhow::Result<ClusterConnection> {
+    kvcm_core::valkey::connect(config)
+        .await
+        .with_context(|| format!("cannot connect to the Valkey cluster at {}", config.valkey_url))
+}
+
+/// Loads the registry, applies `startup_config`, creates the bootstrap admin and refuses
+/// configurations unsafe to serve ([`refuse_unsafe_exposure`]).
+pub async fn open_registry(config: &Config, conn: ClusterConnection) -> anyhow::Result<Arc<Registry>> {
+    let registry = Registry::open(conn, &config.namespace, config.into()).await.context("cannot load the registry")?;
+    if !config.startup_config.is_empty() {
+        let text = std::fs::read_to_string(&config.startup_config)
+            .with_context(|| format!("cannot read startup_config {}", config.startup_config))?;
+        let startup = kvcm_core::registry::tair_format::parse_startup(&text)
+            .map_err(|e| anyhow::anyhow!("startup_config {}: {}", config.startup_config, e.public_message()))?;
+        registry.apply_startup(startup).await.map_err(|e| anyhow::anyhow!("{}", e.public_message()))?;
+    }
+    bootstrap_admin(config, &registry).await?;
+    refuse_unsafe_exposure(config, &registry.snapshot())?;
+    Ok(registry)
+}
+
+/// Everything the handlers share, around an opened connection and registry: metrics, the event
+/// log, the data plane, auth and health state. No sockets, no background tasks.
+pub fn app_state(
+    config: Config,
+    conn: ClusterConnection,
+    registry: Arc<Registry>,
+    node: Node,
+) -> anyhow::Result<AppState> {
     let metrics = Metrics::new(config.access_log, config.max_instance_metric_labels);
     metrics
         .registry
@@ -103,7 +141,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         Duration::from_millis(config.health_check_interval_ms),
         Duration::from_millis(config.valkey_timeout_ms),
     ));
-    let state = AppState {
+    Ok(AppState {
         metrics,
         data,
         events,
@@ -112,10 +150,9 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         registry,
         conn,
         node: Arc::new(node),
-        health: health.clone(),
+        health,
         bodies: Arc::new(tokio::sync::Semaphore::new(inflight_kib)),
-    };
-    Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
+    })
 }
 
 /// Creates `bootstrap_admin_user` if configured and missing. The password comes from
@@ -150,12 +187,13 @@ async fn bootstrap_admin(config: &Config, registry: &Registry) -> anyhow::Result
 }
 
 /// Fails closed (docs/security.md): meta auth with no credential to pass it, or a listener
-/// reachable beyond loopback with no admin in charge, refuse to start.
+/// reachable beyond loopback with no admin in charge, refuse to start. An AWS Lambda function
+/// (`lambda_plane` set) is reachable beyond loopback by definition, whatever `bind` says.
 fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot) -> anyhow::Result<()> {
     // Computed now, so the first unknown user costs what every later one does (and a failure of
     // the system's random source stops the start, not a login).
     kvcm_core::auth::init_dummy_hash().context("cannot prepare password checks")?;
-    let loopback = |addr: &str| addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+    let on_loopback = |addr: &str| addr.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
     if config.meta_auth && !snap.has_credentials() {
         anyhow::bail!(
             "meta_auth = true but no account or API key exists, so no engine could ever pass: set \
@@ -163,22 +201,36 @@ fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot)
              create the first admin, then create engine API keys with createApiKey"
         );
     }
-    // Either listener beyond loopback: whoever reaches it must find an admin in charge.
-    let exposed = [config.bind.as_str(), config.admin_bind()].into_iter().find(|a| !loopback(a));
-    if let Some(addr) = exposed
+    // Either listener beyond loopback, or a Lambda function (it binds no listener and is reachable
+    // from wherever its trigger is): whoever reaches it must find an admin in charge.
+    let exposed = match config.lambda_plane {
+        Some(plane) => {
+            Some(format!("serve the {} plane as an AWS Lambda function (reachable beyond loopback)", plane.name()))
+        }
+        None => [config.bind.as_str(), config.admin_bind()]
+            .into_iter()
+            .find(|a| !on_loopback(a))
+            .map(|a| format!("listen on {a} (not loopback)")),
+    };
+    if let Some(what) = exposed
         && !snap.has_admin()
         && !config.allow_anonymous_admin
     {
         anyhow::bail!(
-            "kvcm-api would listen on {addr} (not loopback) with no admin account or admin API key: set \
+            "kvcm-api would {what} with no admin account or admin API key: set \
              bootstrap_admin_user (and KVCM_BOOTSTRAP_ADMIN_PASSWORD or bootstrap_admin_password_file), listen \
              on loopback only, or accept an admin plane open to whoever reaches it with \
              allow_anonymous_admin = true"
         );
     }
-    if !loopback(&config.bind) && !config.meta_auth {
+    let meta_exposed = match config.lambda_plane {
+        Some(plane) => plane == LambdaPlane::Meta,
+        None => !on_loopback(&config.bind),
+    };
+    if meta_exposed && !config.meta_auth {
         tracing::warn!(
             bind = %config.bind,
+            lambda_plane = config.lambda_plane.map(|p| p.name()),
             "the meta plane serves beyond loopback without authentication (meta_auth = false): any host \
              that reaches it can read and change every instance's cache metadata"
         );
@@ -186,7 +238,7 @@ fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot)
     Ok(())
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
@@ -294,15 +346,26 @@ pub async fn healthy(State(s): State<AppState>) -> Response {
     health::respond(&s.health)
 }
 
+/// The meta-plane router with all layers (what the server's meta listener and the meta plane's
+/// Lambda function serve).
+pub fn meta_router(state: &AppState) -> Router {
+    with_common_layers("meta", meta::router(state.clone()), state)
+}
+
+/// The admin-plane router with all layers.
+pub fn admin_router(state: &AppState) -> Router {
+    with_common_layers("admin", admin::router(state.clone()), state)
+}
+
 impl Server {
-    /// The meta-plane router with all layers (what a Lambda entry point would serve too).
+    /// The meta-plane router with all layers.
     pub fn meta_router(&self) -> Router {
-        with_common_layers("meta", meta::router(self.state.clone()), &self.state)
+        meta_router(&self.state)
     }
 
     /// The admin-plane router with all layers.
     pub fn admin_router(&self) -> Router {
-        with_common_layers("admin", admin::router(self.state.clone()), &self.state)
+        admin_router(&self.state)
     }
 
     /// Serves both planes, refreshes the registry and checks Valkey's health until `shutdown`
@@ -350,31 +413,39 @@ impl Server {
 }
 
 /// Keeps this frontend's registry snapshot fresh and drops the metric series of removed
-/// instances. Logs when Valkey becomes unreachable and when it recovers, not on every tick.
+/// instances, every `registry_refresh_ms`.
 async fn refresh_registry(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period = Duration::from_millis(state.config.registry_refresh_ms);
-    let mut failing = false;
+    let failing = AtomicBool::new(false);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let result = state.registry.refresh().await;
-        // Every tick (cheap: at most max_instance_metric_labels entries), so a request in flight
-        // that re-labelled a just-removed instance is pruned again too.
-        let snap = state.registry.snapshot();
-        state.metrics.retain_instances(|i| snap.instances.contains_key(i));
-        match result {
-            Ok(_) if failing => {
-                failing = false;
+        refresh_registry_once(&state, &failing).await;
+    }
+}
+
+/// One registry refresh (one version GET, a reload if it moved) and metric pruning. `failing`
+/// remembers whether the last refresh failed, so Valkey becoming unreachable and recovering are
+/// logged once each, not on every refresh. Used by the server's loop and, on demand, by
+/// [`lambda`].
+pub(crate) async fn refresh_registry_once(state: &AppState, failing: &AtomicBool) {
+    let result = state.registry.refresh().await;
+    // Every time (cheap: at most max_instance_metric_labels entries), so a request in flight
+    // that re-labelled a just-removed instance is pruned again too.
+    let snap = state.registry.snapshot();
+    state.metrics.retain_instances(|i| snap.instances.contains_key(i));
+    match result {
+        Ok(_) => {
+            if failing.swap(false, Relaxed) {
                 tracing::info!("registry refresh works again");
             }
-            Ok(_) => {}
-            Err(e) if !failing => {
-                failing = true;
+        }
+        Err(e) => {
+            if !failing.swap(true, Relaxed) {
                 tracing::warn!(error = %e, "registry refresh failed; serving the cached registry");
             }
-            Err(_) => {}
         }
     }
 }

@@ -1,4 +1,6 @@
-//! `kvcm-api`: load config, start logging, build the server, serve until SIGINT/SIGTERM.
+//! `kvcm-api`: load config, start logging, then either build the server and serve both planes
+//! until SIGINT/SIGTERM, or — in the AWS Lambda runtime — serve one plane's invocations
+//! (`kvcm_api::lambda`).
 
 use anyhow::Context;
 use clap::Parser;
@@ -24,6 +26,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     let args = Args::parse();
     if args.print_default_config {
         print!("{}", kvcm_core::config::DEFAULT_TOML);
@@ -33,6 +36,13 @@ async fn main() -> anyhow::Result<()> {
     kvcm_core::telemetry::init(&config);
     for var in notes.ignored_env {
         tracing::warn!(%var, "ignoring environment variable: no such config key");
+    }
+    if kvcm_api::lambda::in_lambda_runtime() {
+        let function = kvcm_api::lambda::prepare(config).await.context("kvcm-api failed to start in AWS Lambda")?;
+        // One machine-readable line on stdout, as in server mode (tests wait for it).
+        println!("kvcm-api serving lambda_plane={}", function.plane.name());
+        tracing::info!(plane = function.plane.name(), "kvcm-api serving as an AWS Lambda function");
+        return function.run(started).await;
     }
     let shutdown = kvcm_core::shutdown::signal();
     let server = kvcm_api::build(config).await.context("kvcm-api failed to start")?;

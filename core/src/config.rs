@@ -189,7 +189,41 @@ pub struct Config {
     pub event_log_path: String,
     pub event_log_max_bytes: u64,
     pub event_log_max_files: u32,
+    /// `lambda_plane`: the one plane served as an AWS Lambda function; `None` (`""`) serves both
+    /// planes on listeners. See [`LambdaPlane`].
+    #[serde(deserialize_with = "LambdaPlane::from_key")]
+    pub lambda_plane: Option<LambdaPlane>,
     pub worker: WorkerConfig,
+}
+
+/// `lambda_plane`: which plane's router an AWS Lambda function of `kvcm-api` serves (one function
+/// per plane). Parsed from `"meta"`, `"admin"` or `""` (no Lambda: both planes on listeners);
+/// anything else is an error naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LambdaPlane {
+    Meta,
+    Admin,
+}
+
+impl LambdaPlane {
+    fn from_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<LambdaPlane>, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "" => Ok(None),
+            "meta" => Ok(Some(LambdaPlane::Meta)),
+            "admin" => Ok(Some(LambdaPlane::Admin)),
+            other => Err(serde::de::Error::custom(format!(
+                "\"{other}\" is not a plane: use \"meta\", \"admin\" or \"\" (not running in AWS Lambda)"
+            ))),
+        }
+    }
+
+    /// The name used in configuration, logs and metrics (`meta`, `admin`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LambdaPlane::Meta => "meta",
+            LambdaPlane::Admin => "admin",
+        }
+    }
 }
 
 /// The `[worker]` section.
@@ -745,5 +779,17 @@ mod tests {
         refused(&[tls, ("KVCM_VALKEY_TLS_CLIENT_KEY_FILE", ca)], "valkey_tls_client_cert_file", "is needed");
         refused(&[("KVCM_VALKEY_URL", "rediss://a:1,redis://b:2")], "valkey_url", "all rediss://");
         refused(&[("KVCM_VALKEY_URL", "rediss://a:1/#insecure")], "valkey_url", "#insecure");
+    }
+
+    #[test]
+    fn lambda_plane_is_meta_admin_or_empty_and_a_typo_names_the_key() {
+        assert_eq!(Config::load_from(None, &[]).unwrap().0.lambda_plane, None);
+        for (raw, plane) in [("meta", LambdaPlane::Meta), ("admin", LambdaPlane::Admin)] {
+            let (c, _) = Config::load_from(None, &env(&[("KVCM_LAMBDA_PLANE", raw)])).unwrap();
+            assert_eq!(c.lambda_plane, Some(plane));
+            assert_eq!(plane.name(), raw);
+        }
+        let e = Config::load_from(None, &env(&[("KVCM_LAMBDA_PLANE", "Meta")])).unwrap_err().to_string();
+        assert!(e.contains("lambda_plane") && e.contains("\"meta\""), "{e}");
     }
 }

@@ -7,6 +7,8 @@
 //! * [`Api::start`] spawns the `kvcm-api` binary (built by `cargo build --bins`, which `make
 //!   test` runs first) on free ports in a fresh namespace, so tests never see each other's
 //!   registry and never flush the shared cluster.
+//! * [`LambdaFunction::start`] runs `kvcm-api` as an AWS Lambda function of one plane behind
+//!   `cargo lambda watch`'s runtime emulator (no sockets of its own: requests arrive as events).
 //! * [`dump_namespace`] snapshots every key of a namespace, to prove a failed request left no
 //!   partial change.
 //! * [`TlsCluster`] starts (once per test binary, stopped when the last binary using it exits)
@@ -72,10 +74,21 @@ pub fn bin_path(name: &str) -> PathBuf {
 /// stderr in a log file; returns the child, its first stdout line (the address line every kvcm
 /// binary prints once serving; empty if it exits first) and the log path.
 fn spawn_kvcm(bin: &str, namespace: &str, defaults: &[(&str, &str)], env: &[(&str, &str)]) -> (Child, String, PathBuf) {
+    spawn_kvcm_at(&bin_path(bin), namespace, defaults, env)
+}
+
+/// [`spawn_kvcm`] of the binary at `path` (e.g. a release build).
+fn spawn_kvcm_at(
+    path: &std::path::Path,
+    namespace: &str,
+    defaults: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> (Child, String, PathBuf) {
+    let bin = path.file_name().expect("a binary").to_string_lossy();
     let logs = repo_root().join(".kvcm/test-logs");
     std::fs::create_dir_all(&logs).unwrap();
     let log = logs.join(format!("{namespace}-{bin}-{:04x}.log", fastrand::u16(..)));
-    let mut cmd = Command::new(bin_path(bin));
+    let mut cmd = Command::new(path);
     cmd.env("KVCM_VALKEY_URL", valkey_url())
         .env("KVCM_NAMESPACE", namespace)
         .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
@@ -920,4 +933,276 @@ fn tls_base_port() -> u16 {
 /// `(String, String)` pairs as the `(&str, &str)` pairs [`Api::start_with`] takes.
 pub fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The `cargo-lambda` binary (its wheel, pinned in `infra/requirements-test.txt`, is installed
+/// by `infra/install-python-tools.sh`, which `infra/deps.sh` and so `make test` run).
+pub fn cargo_lambda() -> PathBuf {
+    let path = repo_root().join(".kvcm/tools/python/bin/cargo-lambda");
+    assert!(path.exists(), "{} is missing: run infra/deps.sh (make test does)", path.display());
+    path
+}
+
+/// cargo-lambda's emulator of the Lambda runtime API and of function URLs (`cargo lambda watch
+/// --only-lambda-apis`) on a free port of its own, for one function named `kvcm-api`. It starts
+/// no function itself: [`LambdaFunction`] runs the binary against it. Killed on drop.
+pub struct LambdaEmulator {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl LambdaEmulator {
+    /// Starts the emulator and waits until it listens. `--offline`: it runs `cargo metadata` (to
+    /// learn the workspace's binaries) and must not reach the network; no build happens.
+    pub fn start(label: &str) -> LambdaEmulator {
+        let [port] = free_ports();
+        let logs = repo_root().join(".kvcm/test-logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = logs.join(format!("{label}-lambda-emulator-{port}.log"));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new(cargo_lambda())
+            .args(["lambda", "watch", "--only-lambda-apis", "--offline", "--disable-cors", "-A", "127.0.0.1"])
+            .args(["-P", &port.to_string(), "--manifest-path"])
+            .arg(repo_root().join("api/Cargo.toml"))
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn cargo-lambda");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "cargo lambda watch did not listen on port {port} ({exited:?}):\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        LambdaEmulator { child, base: format!("http://127.0.0.1:{port}"), log }
+    }
+
+    /// The function URL: RPCs are `<url>/api/<rpc>`.
+    pub fn function_url(&self) -> String {
+        format!("{}/lambda-url/kvcm-api", self.base)
+    }
+
+    /// The invoke API (a raw event in, the raw response out).
+    pub fn invoke_url(&self) -> String {
+        format!("{}/2015-03-31/functions/kvcm-api/invocations", self.base)
+    }
+
+    /// What `AWS_LAMBDA_RUNTIME_API` must say for the function to poll this emulator.
+    pub fn runtime_api(&self) -> String {
+        format!("{}/.rt/kvcm-api", self.base)
+    }
+}
+
+impl Drop for LambdaEmulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `kvcm-api` as an AWS Lambda function serving one plane, behind its own [`LambdaEmulator`]:
+/// the emulator turns each HTTP request to the function URL into an API Gateway HTTP API (v2)
+/// event and hands it to the `kvcm-api` binary built by `cargo build --bins`, which polls the
+/// emulator's runtime API as it would poll AWS's — no build by cargo-lambda, no network. Both
+/// processes are killed on drop.
+///
+/// The emulator writes `sourceIp = 127.0.0.1` into every function-URL event; to act as other
+/// clients, [`LambdaFunction::invoke_from`] sends a hand-made v2 event through the emulator's
+/// invoke API instead.
+pub struct LambdaFunction {
+    function: Child,
+    emulator: LambdaEmulator,
+    /// The function URL: RPCs are `<url>/api/<rpc>`.
+    pub url: String,
+    pub namespace: String,
+    pub log: PathBuf,
+    http: reqwest::Client,
+}
+
+impl LambdaFunction {
+    /// Starts an emulator and the function serving `plane` ("meta" or "admin") in `namespace`,
+    /// with extra `KVCM_*` variables.
+    pub fn start(namespace: &str, plane: &str, env: &[(&str, &str)]) -> LambdaFunction {
+        let emulator = LambdaEmulator::start(namespace);
+        match Self::start_on(emulator, &bin_path("kvcm-api"), namespace, plane, env) {
+            Ok(f) => f,
+            Err(failed) => panic!("the {plane} Lambda function did not start ({:?}):\n{}", failed.code, failed.stderr),
+        }
+    }
+
+    /// Runs the `kvcm-api` binary at `binary` as the function of `emulator`; returns once it
+    /// serves (its exit code and log if it exits instead).
+    pub fn start_on(
+        emulator: LambdaEmulator,
+        binary: &std::path::Path,
+        namespace: &str,
+        plane: &str,
+        env: &[(&str, &str)],
+    ) -> Result<LambdaFunction, Failed> {
+        let runtime_api = emulator.runtime_api();
+        let lambda_env = [
+            ("AWS_LAMBDA_RUNTIME_API", runtime_api.as_str()),
+            ("AWS_LAMBDA_FUNCTION_NAME", "kvcm-api"),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "1"),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024"),
+            ("KVCM_LAMBDA_PLANE", plane),
+        ];
+        let (mut function, line, log) = spawn_kvcm_at(binary, namespace, &lambda_env, env);
+        if field(&line, "lambda_plane").as_deref() != Some(plane) {
+            let _ = function.kill();
+            let status = function.wait().ok();
+            return Err(Failed {
+                code: status.and_then(|s| s.code()),
+                stderr: std::fs::read_to_string(&log).unwrap_or_default(),
+            });
+        }
+        Ok(LambdaFunction {
+            function,
+            url: emulator.function_url(),
+            emulator,
+            namespace: namespace.to_string(),
+            log,
+            // Bounded: a function that died mid-test would leave the emulator waiting for it.
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+        })
+    }
+
+    /// POSTs a JSON body to `/api/<rpc>` through the function URL, with an optional
+    /// Authorization header; returns HTTP status and parsed body.
+    pub async fn post(&self, rpc: &str, body: Value, auth: Option<&str>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!("{}/api/{rpc}", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.expect("HTTP request through the Lambda emulator");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// GETs a path through the function URL as text.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let resp =
+            self.http.get(format!("{}{path}", self.url)).send().await.expect("HTTP request through the emulator");
+        (resp.status().as_u16(), resp.text().await.unwrap_or_default())
+    }
+
+    /// POSTs to `/api/<rpc>` as a client at `source_ip`: an API Gateway HTTP API (payload 2.0)
+    /// event with that `requestContext.http.sourceIp`, sent through the emulator's invoke API.
+    /// `headers` are added to the event's. Returns the status, parsed body and `Retry-After`.
+    pub async fn invoke_from(
+        &self,
+        source_ip: &str,
+        rpc: &str,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, Option<String>) {
+        let path = format!("/api/{rpc}");
+        let mut event_headers = serde_json::json!({"content-type": "application/json", "host": "kvcm.example.com"});
+        for (k, v) in headers {
+            event_headers[*k] = Value::String(v.to_string());
+        }
+        let event = serde_json::json!({
+            "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+            "headers": event_headers,
+            "requestContext": {
+                "accountId": "123456789012", "apiId": "kvcm", "domainName": "kvcm.example.com",
+                "domainPrefix": "kvcm", "requestId": unique("req"), "routeKey": "$default", "stage": "$default",
+                "time": "30/Nov/2026:00:00:00 +0000", "timeEpoch": 1_796_000_000_000_i64,
+                "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
+                         "userAgent": "kvcm-tests"}
+            },
+            "body": body.to_string(), "isBase64Encoded": false
+        });
+        let resp = self
+            .http
+            .post(self.emulator.invoke_url())
+            .body(event.to_string())
+            .send()
+            .await
+            .expect("invoke through the emulator");
+        assert_eq!(resp.status().as_u16(), 200, "the invoke API itself failed");
+        let reply: Value = resp.json().await.expect("a JSON API Gateway response");
+        let status = reply["statusCode"].as_u64().unwrap_or_else(|| panic!("no statusCode in {reply}")) as u16;
+        let retry_after = reply["headers"]["retry-after"].as_str().map(String::from);
+        let text = reply["body"].as_str().unwrap_or_default();
+        (status, serde_json::from_str(text).unwrap_or(Value::String(text.to_string())), retry_after)
+    }
+}
+
+impl LambdaFunction {
+    /// The function process's established TCP connections other than those to its emulator, as
+    /// (local port, remote port) pairs, read from `/proc` (Linux): its Valkey connections.
+    pub fn valkey_connections(&self) -> std::collections::BTreeSet<(u16, u16)> {
+        let emulator_port: u16 = self.emulator.base.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+        let pid = self.function.id();
+        // The process's sockets, by inode.
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the function process runs")
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let t = target.to_string_lossy();
+                Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .collect();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        let mut found = std::collections::BTreeSet::new();
+        for table in ["tcp", "tcp6"] {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                if cols.len() < 10 || cols[3] != "01" || !inodes.contains(cols[9]) {
+                    continue;
+                }
+                if let (Some(local), Some(remote)) = (port(cols[1]), port(cols[2]))
+                    && remote != emulator_port
+                {
+                    found.insert((local, remote));
+                }
+            }
+        }
+        found
+    }
+}
+
+impl Drop for LambdaFunction {
+    fn drop(&mut self) {
+        let _ = self.function.kill();
+        let _ = self.function.wait();
+    }
+}
+
+/// Starts `kvcm-api` in the Lambda runtime (a runtime API address that nothing serves, so it must
+/// fail before it polls) and returns its exit code and log: for the start-up refusals.
+pub fn lambda_start_failure(namespace: &str, env: &[(&str, &str)]) -> Failed {
+    let lambda_env = [
+        ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9"),
+        ("AWS_LAMBDA_FUNCTION_NAME", "kvcm-api"),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "1"),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024"),
+    ];
+    let (mut child, line, log) = spawn_kvcm("kvcm-api", namespace, &lambda_env, env);
+    if !line.is_empty() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("kvcm-api started in Lambda mode although it should refuse: {line}");
+    }
+    let status = child.wait().ok();
+    Failed { code: status.and_then(|s| s.code()), stderr: std::fs::read_to_string(&log).unwrap_or_default() }
 }

@@ -43,10 +43,7 @@ import yaml
 # Environment variables kvcm reads that are not keys of core/config/default.toml.
 EXTRA_KVCM_ENV = {
     "KVCM_BOOTSTRAP_ADMIN_PASSWORD",  # core/src/config.rs BOOTSTRAP_PASSWORD_ENV
-    # Added by the parallel Valkey-TLS / Lambda work (valkey password env var, lambda_plane key);
-    # drop from this set once default.toml / config.rs on main carry them.
-    "KVCM_VALKEY_PASSWORD",
-    "KVCM_LAMBDA_PLANE",
+    "KVCM_VALKEY_PASSWORD",  # core/src/config.rs VALKEY_PASSWORD_ENV
 }
 
 # Actions that have no resource-level permissions (or that Lambda checks unscoped), the only ones
