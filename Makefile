@@ -38,7 +38,7 @@ fuzz: deps
 ## `make run` stack; JSON summary in .kvcm/k6/<scenario>.json (see loadtest/k6/README.md)
 SCENARIO ?= smoke
 loadtest:
-	@loadtest/k6/run.sh $(SCENARIO)
+	@loadtest/k6/run.sh $(SCENARIO) $(K6_ARGS)
 
 deps:
 	@infra/deps.sh

@@ -71,3 +71,17 @@ export const BASE_THRESHOLDS = {
   checks: ['rate>0.99'],
   http_req_failed: ['rate<0.01'],
 };
+
+/** Seconds in a k6 duration string such as `90s`, `2m`, `1h30m` or `500ms`. */
+export function seconds(duration) {
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
+  const unit = { ms: 0.001, s: 1, m: 60, h: 3600 };
+  let total = 0;
+  let matched = '';
+  for (let m = re.exec(duration); m; m = re.exec(duration)) {
+    total += Number(m[1]) * unit[m[2]];
+    matched += m[0];
+  }
+  if (!matched || matched !== duration) throw new Error(`not a duration: ${duration} (write e.g. 30s, 5m, 1h)`);
+  return total;
+}

@@ -26,6 +26,10 @@ export function digest(scenario, data) {
     const sub = /^http_req_duration\{rpc:([^}]+)\}$/.exec(name);
     if (sub) latency[sub[1]] = { med: round(metric.values.med), p95: round(metric.values['p(95)']), p99: round(metric.values['p(99)']) };
   }
+  const custom = {};
+  for (const [name, metric] of Object.entries(m)) {
+    if (name.startsWith('kvcm_') && metric.type === 'trend') custom[name] = { avg: round(metric.values.avg), med: round(metric.values.med), p95: round(metric.values['p(95)']) };
+  }
   const failedThresholds = [];
   for (const [name, metric] of Object.entries(m)) {
     for (const [t, v] of Object.entries(metric.thresholds || {})) if (!v.ok) failedThresholds.push(`${name}: ${t}`);
@@ -43,6 +47,7 @@ export function digest(scenario, data) {
     dropped_iterations: m.dropped_iterations ? m.dropped_iterations.values.count : 0,
     http_req_failed_rate: m.http_req_failed ? round(m.http_req_failed.values.rate) : null,
     latency_ms: { all: { med: round(d.med), p95: round(d['p(95)']), p99: round(d['p(99)']) }, ...latency },
+    custom,
     checks: { passes: checks.passes, fails: checks.fails, rate: checks.rate },
     failed_checks: failedChecks(data.root_group, []),
     failed_thresholds: failedThresholds,
@@ -56,6 +61,7 @@ function text(k) {
     `  checks: ${k.checks.passes} passed, ${k.checks.fails} failed (rate ${round(k.checks.rate)})`,
   ];
   for (const [rpc, l] of Object.entries(k.latency_ms)) lines.push(`  ${rpc.padEnd(20)} med ${l.med} ms  p95 ${l.p95} ms  p99 ${l.p99} ms`);
+  for (const [name, v] of Object.entries(k.custom)) lines.push(`  ${name}: avg ${v.avg} med ${v.med} p95 ${v.p95}`);
   for (const c of k.failed_checks) lines.push(`  FAILED check ${c.name}: ${c.fails} of ${c.passes + c.fails}`);
   for (const t of k.failed_thresholds) lines.push(`  FAILED threshold ${t}`);
   return lines.join('\n') + '\n';
