@@ -2,7 +2,7 @@
 // prefix of a prompt, and write the blocks it computed in a two-phase session.
 
 import { check } from 'k6';
-import { call } from './rpc.js';
+import { call, field } from './rpc.js';
 
 let seq = 0;
 
@@ -27,13 +27,13 @@ export function maskedPrefix(mask) {
  * served prefix. `expectHits` (optional) is checked: the prefix a caller knows is serving.
  */
 export function readPrefix(instance, keys, { tags, expectHits } = {}) {
-  const { reply, ok } = call(
+  const { res, ok } = call(
     'meta',
     'getCacheLocation',
     { trace_id: traceId('read'), instance_id: instance, query_type: 'QT_PREFIX_MATCH', block_keys: keys },
     { tags },
   );
-  const hits = reply && Array.isArray(reply.locations) ? reply.locations.length : 0;
+  const hits = field(res, 'locations.#') || 0;
   let good = ok;
   if (ok && expectHits !== undefined) {
     good = check(hits, { [`getCacheLocation: prefix of ${expectHits === keys.length ? 'all' : 'the known'} blocks hit`]: (h) => h === expectHits }, tags);
@@ -54,28 +54,30 @@ export function writeSession(instance, keys, { tags, expectMasked } = {}) {
     { tags },
   );
   if (!start.ok) return { ok: false, masked: 0, written: 0 };
-  const locations = start.reply.locations || [];
-  const masked = maskedPrefix(start.reply.block_mask);
+  const sessionId = field(start.res, 'write_session_id');
+  const mask = field(start.res, 'block_mask');
+  const locations = field(start.res, 'locations.#') || 0;
+  const masked = maskedPrefix(mask);
   const shape = {
-    'startWriteCache: a session id': (r) => typeof r.write_session_id === 'string' && r.write_session_id.length > 0,
-    'startWriteCache: one location per new block': (r) => {
-      const values = r.block_mask && r.block_mask.bool_masks && r.block_mask.bool_masks.values;
+    'startWriteCache: a session id': () => typeof sessionId === 'string' && sessionId.length > 0,
+    'startWriteCache: one location per new block': () => {
+      const values = mask && mask.bool_masks && mask.bool_masks.values;
       const present = values && values.length ? values.filter(Boolean).length : masked;
-      return locations.length === keys.length - present;
+      return locations === keys.length - present;
     },
   };
   if (expectMasked !== undefined) shape['startWriteCache: the known prefix is masked'] = () => masked === expectMasked;
-  if (!check(start.reply, shape, tags)) return { ok: false, masked, written: 0 };
+  if (!check(null, shape, tags)) return { ok: false, masked, written: 0 };
   const finish = call(
     'meta',
     'finishWriteCache',
     {
       trace_id: traceId('finish'),
       instance_id: instance,
-      write_session_id: start.reply.write_session_id,
-      success_blocks: { offset: locations.length },
+      write_session_id: sessionId,
+      success_blocks: { offset: locations },
     },
     { tags },
   );
-  return { ok: finish.ok, masked, written: locations.length };
+  return { ok: finish.ok, masked, written: locations };
 }

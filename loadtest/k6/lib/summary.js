@@ -23,8 +23,8 @@ export function digest(scenario, data) {
   const m = data.metrics;
   const latency = {};
   for (const [name, metric] of Object.entries(m)) {
-    const sub = /^http_req_duration\{rpc:([^}]+)\}$/.exec(name);
-    if (sub) latency[sub[1]] = { med: round(metric.values.med), p95: round(metric.values['p(95)']), p99: round(metric.values['p(99)']) };
+    const sub = /^http_req_duration\{(rpc|phase):([^}]+)\}$/.exec(name);
+    if (sub) latency[sub[1] === 'rpc' ? sub[2] : `phase:${sub[2]}`] = { med: round(metric.values.med), p95: round(metric.values['p(95)']), p99: round(metric.values['p(99)']) };
   }
   const custom = {};
   for (const [name, metric] of Object.entries(m)) {

@@ -19,6 +19,7 @@ import { SUMMARY_TREND_STATS, summaryFor } from '../lib/summary.js';
 const TOTAL_S = seconds(env('DURATION', '60s'));
 const BASE = envInt('BASE_RATE', 50);
 const PEAK = envInt('PEAK_RATE', 300);
+const SPIKE_P99 = `p(99)<${envInt('SPIKE_P99_MS', 1000)}`;
 const SHAPE = [0.25, 0.05, 0.3, 0.05, 0.35];
 // Phases by the fraction of the run elapsed: the ramps count as spike.
 const PHASES = [['baseline', 0.25], ['spike', 0.65], ['settle', 0.75], ['recovery', 1]];
@@ -55,11 +56,13 @@ export const options = {
   },
   thresholds: {
     ...BASE_THRESHOLDS,
-    'http_req_duration{rpc:getCacheLocation}': slo(50, 100),
-    'http_req_duration{rpc:startWriteCache}': slo(100, 200),
-    'http_req_duration{rpc:finishWriteCache}': slo(100, 200),
+    // Over the whole run, every RPC within the spike's bound (per-RPC numbers in the summary);
+    // the normal SLO applies to the phases before and after it.
+    'http_req_duration{rpc:getCacheLocation}': [SPIKE_P99],
+    'http_req_duration{rpc:startWriteCache}': [SPIKE_P99],
+    'http_req_duration{rpc:finishWriteCache}': [SPIKE_P99],
     'http_req_duration{phase:baseline}': slo(25, 50),
-    'http_req_duration{phase:spike}': [`p(99)<${envInt('SPIKE_P99_MS', 1000)}`],
+    'http_req_duration{phase:spike}': [SPIKE_P99],
     'http_req_duration{phase:recovery}': slo(25, 50),
     'http_req_failed{phase:spike}': ['rate<0.01'],
   },
