@@ -41,6 +41,8 @@ async fn engine_key(api: &Api) -> String {
 /// Runs `run.sh smoke` against `meta`/`admin` with `env` (nothing inherited from the caller's
 /// KVCM_* k6 settings); returns k6's output and its JSON summary (Null if none was written).
 fn smoke(meta: &str, admin: &str, env: &[(&str, &str)]) -> (Output, Value) {
+    let k6 = repo_root().join(".kvcm/tools/python/bin/k6");
+    assert!(k6.exists(), "{} is missing: run infra/deps.sh (make test does)", k6.display());
     let dir = repo_root().join(".kvcm/test-tmp").join(unique("k6"));
     std::fs::create_dir_all(&dir).unwrap();
     let summary: PathBuf = dir.join("smoke.json");
