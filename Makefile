@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export KVCM_ROOT := $(CURDIR)
 TEST_VALKEY_PORT ?= 7301
 
-.PHONY: run test fuzz deps build build-release lint unit cluster-up cluster-down clean terraform-check
+.PHONY: run test fuzz loadtest deps build build-release lint unit cluster-up cluster-down clean terraform-check
 
 ## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
 run: deps build-release
@@ -34,6 +34,13 @@ fuzz: deps
 	@status=0; KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) tests/fuzz/run.sh $(FUZZ_FULL) || status=$$?; \
 	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
 	  exit $$status
+
+## loadtest: one k6 scenario (SCENARIO=smoke|prefix_read|write|engine_mix|spike|soak) against
+## KVCM_META_URL / KVCM_ADMIN_URL with the credentials in the environment — by default the local
+## `make run` stack; JSON summary in .kvcm/k6/<scenario>.json (see loadtest/k6/README.md)
+SCENARIO ?= smoke
+loadtest:
+	@loadtest/k6/run.sh $(SCENARIO) $(K6_ARGS)
 
 deps:
 	@infra/deps.sh

