@@ -101,7 +101,7 @@ pub struct Args {
     pub capacity_fraction: Option<f64>,
     /// Setup: quota above the watermark, as a fraction of it (room for blocks written between
     /// two reclaim rounds).
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = 1.0)]
     pub headroom: f64,
     /// Setup: reclaim policy, lru, lfu or ttl (kvcm's POLICY_*; its LRU is leaf-aware).
     #[arg(long, default_value = "lru")]
@@ -113,6 +113,9 @@ pub struct Args {
     /// speed-up).
     #[arg(long, default_value_t = 3600.0)]
     pub ttl_s: f64,
+    /// Only read the trace and print the prediction: no setup, no requests to kvcm.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -156,7 +159,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     let meta_cred = credential(&args.api_key, &args.user);
     let meta = Client::new(&args.meta, meta_cred.as_ref(), timeout)?;
     let instance = args.instance.clone().unwrap_or_else(|| format!("replay-{:08x}", fastrand::u32(..)));
-    if args.setup {
+    if args.setup && !args.dry_run {
         let admin_cred = credential(&args.admin_api_key, &args.admin_user).or(meta_cred);
         let admin = Client::new(&args.admin, admin_cred.as_ref(), timeout)?;
         let setup = Setup {
@@ -173,7 +176,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         setup.run(&admin).await?;
         let (quota, pct) = setup.quota();
         tracing::info!(%instance, quota, used_percentage = pct, "set up");
-    } else {
+    } else if !args.dry_run {
         anyhow::ensure!(args.instance.is_some(), "--instance is required without --setup");
     }
 
@@ -215,7 +218,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         bar
     };
     let started = Instant::now();
-    let wall_seconds = dispatch(&trace, &engine, &args, &bar).await;
+    let wall_seconds = if args.dry_run { 0.0 } else { dispatch(&trace, &engine, &args, &bar).await };
     bar.finish_and_clear();
     tracing::debug!(elapsed = ?started.elapsed(), "replay done");
 
