@@ -12,14 +12,14 @@ use kvcm_tests::*;
 use serde_json::Value;
 use std::process::Command;
 
-/// Requests of the slice (the first ones of the trace, 272 s of trace time).
-const REQUESTS: usize = 1000;
+/// Requests of the slice (the first ones of the trace, 533 s of trace time).
+const REQUESTS: usize = 2000;
 /// Capacity as a fraction of the slice's distinct blocks.
 const CAPACITY_FRACTION: f64 = 0.1;
 /// Trace time runs this much faster than recorded.
-const SPEEDUP: &str = "25";
+const SPEEDUP: &str = "20";
 /// Allowed |observed − predicted| in hit-rate points (0–1), derived in docs/replay.md.
-const TOLERANCE: f64 = 0.03;
+const TOLERANCE: f64 = 0.02;
 
 fn shared_trace() -> std::path::PathBuf {
     let path = repo_root().parent().expect("the repository has a parent").join("shared/traces/mooncake_synthetic_trace.jsonl");
@@ -43,7 +43,9 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
     );
 
     let api = Api::start();
-    let _worker = WorkerProc::start(&api.namespace, &[]);
+    // Rounds every 50 ms: at this speed-up ~3,000 blocks arrive per second, and what arrives
+    // between two rounds is capacity the optimizer does not have (docs/replay.md).
+    let _worker = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "50")]);
     let root = repo_root().join(".kvcm/test-data").join(unique("replay"));
     let out = Command::new(bin_path("kvcm-replay"))
         .args(["--trace", trace_path.to_str().unwrap(), "--requests", &REQUESTS.to_string()])
@@ -57,6 +59,11 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
 
     let observed = report["hit_rate"].as_f64().unwrap();
+    eprintln!(
+        "observed {observed:.4}, leaf_lru predicted {predicted:.4} at {capacity} blocks, unbounded {unbounded:.4}; \
+         refused {}, in flight {}, errors {}",
+        report["write_refused_blocks"], report["in_flight_blocks"], report["errors"]
+    );
     assert_eq!(report["requests"], REQUESTS as u64, "{report:#}");
     assert_eq!(report["requested_blocks"], slice.accesses() as u64, "{report:#}");
     // The replay's own prediction is the optimizer's, for the same slice.
