@@ -146,9 +146,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     let trace = slice(&full, n);
     drop(full);
     let distinct = trace.distinct_blocks();
-    let capacity = args
-        .capacity_blocks
-        .or_else(|| args.capacity_fraction.map(|f| (f * distinct as f64).round() as u64));
+    let capacity =
+        args.capacity_blocks.or_else(|| args.capacity_fraction.map(|f| (f * distinct as f64).round() as u64));
     let policy = match args.policy.to_ascii_lowercase().trim_start_matches("policy_") {
         "lru" => "POLICY_LRU",
         "lfu" => "POLICY_LFU",
@@ -193,7 +192,9 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     let predicted: BTreeMap<String, f64> = match capacity {
         Some(cap) => predict
             .iter()
-            .map(|&k| (k.name().to_string(), kvcm_optimizer::simulate(&trace, k, cap as usize, &params, None).hit_rate()))
+            .map(|&k| {
+                (k.name().to_string(), kvcm_optimizer::simulate(&trace, k, cap as usize, &params, None).hit_rate())
+            })
             .collect(),
         None => BTreeMap::new(),
     };

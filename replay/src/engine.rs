@@ -48,7 +48,8 @@ impl Engine {
             return;
         }
         let suffix = &keys[hit as usize..];
-        let start = json!({"instance_id": self.instance, "block_keys": suffix, "write_timeout_seconds": self.write_timeout_s});
+        let start =
+            json!({"instance_id": self.instance, "block_keys": suffix, "write_timeout_seconds": self.write_timeout_s});
         let (took, reply) = self.meta.call(Rpc::StartWriteCache.name(), &start).await;
         let session = match reply {
             Ok(r) => r,
@@ -92,8 +93,7 @@ fn masked(mask: &Value, len: usize) -> u64 {
     if let Some(k) = mask["offset"].as_u64() {
         return k.min(len as u64);
     }
-    mask["bool_masks"]["values"].as_array().map_or(0, |v| v.iter().filter(|b| b.as_bool() == Some(true)).count())
-        as u64
+    mask["bool_masks"]["values"].as_array().map_or(0, |v| v.iter().filter(|b| b.as_bool() == Some(true)).count()) as u64
 }
 
 /// A `file://<storage>/<path>?[blkid=j&]size=n` URI: the file, the byte offset and the length.

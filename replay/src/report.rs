@@ -80,7 +80,10 @@ impl Stats {
                 let mut s = samples.clone();
                 s.sort_by(|a, b| a.total_cmp(b));
                 let p = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
-                (rpc.name().to_string(), Latency { calls: s.len() as u64, p50: p(0.5), p90: p(0.9), p99: p(0.99), max: p(1.0) })
+                (
+                    rpc.name().to_string(),
+                    Latency { calls: s.len() as u64, p50: p(0.5), p90: p(0.9), p99: p(0.99), max: p(1.0) },
+                )
             })
             .collect();
         Report {
@@ -169,8 +172,11 @@ impl std::fmt::Display for Report {
             100.0 * c.max_hit_rate
         )?;
         if let Some(cap) = c.capacity_blocks {
-            let preds: Vec<String> =
-                c.predicted.iter().map(|(p, r)| format!("{p} {:.2}% ({:+.2} pts)", 100.0 * r, 100.0 * (self.hit_rate - r))).collect();
+            let preds: Vec<String> = c
+                .predicted
+                .iter()
+                .map(|(p, r)| format!("{p} {:.2}% ({:+.2} pts)", 100.0 * r, 100.0 * (self.hit_rate - r)))
+                .collect();
             writeln!(f, "optimizer at {cap} blocks: {}", preds.join(", "))?;
         }
         writeln!(

@@ -73,8 +73,7 @@ impl Setup {
         if !root.ends_with('/') {
             root.push('/');
         }
-        let storage =
-            json!({"storage": {"global_unique_name": self.storage, "nfs": {"root_path": root, "key_count_per_file": 1}}});
+        let storage = json!({"storage": {"global_unique_name": self.storage, "nfs": {"root_path": root, "key_count_per_file": 1}}});
         match admin.call("addStorage", &storage).await.1 {
             Ok(_) => {}
             Err(CallError::Status { code, .. }) if code == "DUPLICATE_ENTITY" => {

@@ -22,7 +22,8 @@ const SPEEDUP: &str = "20";
 const TOLERANCE: f64 = 0.02;
 
 fn shared_trace() -> std::path::PathBuf {
-    let path = repo_root().parent().expect("the repository has a parent").join("shared/traces/mooncake_synthetic_trace.jsonl");
+    let path =
+        repo_root().parent().expect("the repository has a parent").join("shared/traces/mooncake_synthetic_trace.jsonl");
     assert!(path.exists(), "the shared trace is missing at {}: this test needs it", path.display());
     path
 }
@@ -35,7 +36,8 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
         (0..REQUESTS).map(|i| (full.time_us(i), full.request(i).iter().map(|&b| b as i64).collect::<Vec<_>>())),
     );
     let capacity = (CAPACITY_FRACTION * slice.distinct_blocks() as f64).round() as usize;
-    let predicted = kvcm_optimizer::simulate(&slice, PolicyKind::LeafLru, capacity, &PolicyParams::default(), None).hit_rate();
+    let predicted =
+        kvcm_optimizer::simulate(&slice, PolicyKind::LeafLru, capacity, &PolicyParams::default(), None).hit_rate();
     let unbounded = slice.unbounded_hit_blocks() as f64 / slice.accesses() as f64;
     assert!(
         unbounded - predicted > 4.0 * TOLERANCE,
