@@ -1,0 +1,78 @@
+//! `kvcm-replay` against a real kvcm-api and kvcm-worker: the hit rate kvcm serves to a fleet of
+//! engines replaying a slice of the shared Mooncake trace agrees with the optimizer's prediction
+//! for the same slice, capacity and policy, within the tolerance `docs/replay.md` derives.
+//!
+//! The test can fail both ways: without eviction (no reclaimer, or a watermark ignored) the hit
+//! rate climbs to the unbounded-cache rate, and with refused or lost writes it falls far below the
+//! prediction; the slice and capacity are chosen so that both are well outside the tolerance
+//! (asserted first, so a future trace or capacity change cannot make the test vacuous).
+
+use kvcm_optimizer::{PolicyKind, PolicyParams, Trace, TraceFormat};
+use kvcm_tests::*;
+use serde_json::Value;
+use std::process::Command;
+
+/// Requests of the slice (the first ones of the trace, 533 s of trace time).
+const REQUESTS: usize = 2000;
+/// Capacity as a fraction of the slice's distinct blocks.
+const CAPACITY_FRACTION: f64 = 0.1;
+/// Trace time runs this much faster than recorded.
+const SPEEDUP: &str = "20";
+/// Allowed |observed − predicted| in hit-rate points (0–1), derived in docs/replay.md.
+const TOLERANCE: f64 = 0.02;
+
+fn shared_trace() -> std::path::PathBuf {
+    let path =
+        repo_root().parent().expect("the repository has a parent").join("shared/traces/mooncake_synthetic_trace.jsonl");
+    assert!(path.exists(), "the shared trace is missing at {}: this test needs it", path.display());
+    path
+}
+
+#[test]
+fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
+    let trace_path = shared_trace();
+    let full = Trace::read(&trace_path, TraceFormat::Mooncake).unwrap();
+    let slice = Trace::from_requests(
+        (0..REQUESTS).map(|i| (full.time_us(i), full.request(i).iter().map(|&b| b as i64).collect::<Vec<_>>())),
+    );
+    let capacity = (CAPACITY_FRACTION * slice.distinct_blocks() as f64).round() as usize;
+    let predicted =
+        kvcm_optimizer::simulate(&slice, PolicyKind::LeafLru, capacity, &PolicyParams::default(), None).hit_rate();
+    let unbounded = slice.unbounded_hit_blocks() as f64 / slice.accesses() as f64;
+    assert!(
+        unbounded - predicted > 4.0 * TOLERANCE,
+        "the slice cannot tell eviction from none: predicted {predicted:.4}, unbounded {unbounded:.4}"
+    );
+
+    let api = Api::start();
+    // Rounds every 50 ms: at this speed-up ~3,000 blocks arrive per second, and what arrives
+    // between two rounds is capacity the optimizer does not have (docs/replay.md).
+    let _worker = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "50")]);
+    let root = repo_root().join(".kvcm/test-data").join(unique("replay"));
+    let out = Command::new(bin_path("kvcm-replay"))
+        .args(["--trace", trace_path.to_str().unwrap(), "--requests", &REQUESTS.to_string()])
+        .args(["--meta", &api.meta, "--admin", &api.admin, "--setup", "--storage-root", root.to_str().unwrap()])
+        .args(["--capacity-blocks", &capacity.to_string(), "--policy", "lru", "--block-bytes", "64", "--write-bytes"])
+        .args(["--speedup", SPEEDUP, "--concurrency", "16", "--json", "--no-progress"])
+        .output()
+        .expect("run kvcm-replay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvcm-replay failed:\n{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+
+    let observed = report["hit_rate"].as_f64().unwrap();
+    eprintln!(
+        "observed {observed:.4}, leaf_lru predicted {predicted:.4} at {capacity} blocks, unbounded {unbounded:.4}; \
+         refused {}, in flight {}, errors {}",
+        report["write_refused_blocks"], report["in_flight_blocks"], report["errors"]
+    );
+    assert_eq!(report["requests"], REQUESTS as u64, "{report:#}");
+    assert_eq!(report["requested_blocks"], slice.accesses() as u64, "{report:#}");
+    // The replay's own prediction is the optimizer's, for the same slice.
+    assert!((report["predicted"]["leaf_lru"].as_f64().unwrap() - predicted).abs() < 1e-12, "{report:#}");
+    assert!(
+        (observed - predicted).abs() <= TOLERANCE,
+        "observed hit rate {observed:.4} vs leaf_lru prediction {predicted:.4} at {capacity} blocks \
+         (tolerance {TOLERANCE}; unbounded {unbounded:.4}):\n{report:#}"
+    );
+}
