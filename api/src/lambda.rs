@@ -86,13 +86,22 @@ pub struct Function {
 
 /// Builds the function's state and router once per execution environment: no socket is bound
 /// and no background task started.
-pub async fn prepare(config: Config) -> anyhow::Result<Function> {
+pub async fn prepare(mut config: Config) -> anyhow::Result<Function> {
     let plane = config.lambda_plane.ok_or_else(|| {
         anyhow::anyhow!(
             "kvcm-api runs in AWS Lambda ({RUNTIME_API_ENV} is set) but lambda_plane is empty: set it (e.g. \
              KVCM_LAMBDA_PLANE=meta) to the plane this function serves, \"meta\" or \"admin\""
         )
     })?;
+    if !config.client_ip_header.is_empty() {
+        // The event says who called (module docs, "Client address"): a header is not needed, and
+        // behind API Gateway it is one the client may have written.
+        tracing::info!(
+            header = %config.client_ip_header,
+            "client_ip_header is ignored in Lambda: the client address comes from the event"
+        );
+        config.client_ip_header.clear();
+    }
     let t = Instant::now();
     let conn = crate::connect(&config).await?;
     let valkey = t.elapsed();
@@ -138,6 +147,7 @@ impl Function {
                 state: self.state.clone(),
                 plane: self.plane,
                 registry_failing: AtomicBool::new(false),
+                registry_attempted: Mutex::new(None),
                 health_failing: AtomicBool::new(false),
                 health_checked: Mutex::new(None),
                 warned_no_address: AtomicBool::new(false),
@@ -183,12 +193,14 @@ impl tower::Service<lambda_http::Request> for Handler {
             None => {}
         }
         let health_probe = req.method() == Method::GET && req.uri().path() == "/api/healthy";
+        let reply_limit = reply_limit(&req);
         Box::pin(async move {
             let began = Instant::now();
             upkeep.before(health_probe).await;
-            let response = router.oneshot(req).await;
+            let response = router.oneshot(req).await.unwrap_or_else(|never| match never {});
+            let response = within_reply_limit(response, reply_limit).await;
             upkeep.after_first(began);
-            response
+            Ok(response)
         })
     }
 }
@@ -198,6 +210,9 @@ struct Upkeep {
     state: AppState,
     plane: LambdaPlane,
     registry_failing: AtomicBool,
+    /// When the last registry refresh was attempted: while Valkey is failing, at most one
+    /// attempt per `registry_refresh_ms`, so invocations do not each wait out a timeout.
+    registry_attempted: Mutex<Option<Instant>>,
     health_failing: AtomicBool,
     /// When the last health check finished.
     health_checked: Mutex<Option<Instant>>,
@@ -229,7 +244,16 @@ impl Upkeep {
             return;
         }
         let period = Duration::from_millis(config.registry_refresh_ms);
-        if self.state.registry.confirmed_ago().is_none_or(|age| age >= period) {
+        let stale = self.state.registry.confirmed_ago().is_none_or(|age| age >= period);
+        let attempt_due = {
+            let mut attempted = lock(&self.registry_attempted);
+            let due = attempted.is_none_or(|at| at.elapsed() >= period);
+            if stale && due {
+                *attempted = Some(Instant::now());
+            }
+            due
+        };
+        if stale && attempt_due {
             let refresh = crate::refresh_registry_once(&self.state, &self.registry_failing);
             if tokio::time::timeout(bound, refresh).await.is_err() && !self.registry_failing.swap(true, Relaxed) {
                 tracing::warn!(
@@ -260,6 +284,50 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What Lambda can carry back: a synchronous invocation's response payload is at most 6 MB
+/// (API Gateway), an ALB target's at most 1 MB. The payload is the reply as a JSON string plus
+/// headers; this leaves room for the headers.
+const REPLY_LIMIT_INVOKE: usize = 6_000_000;
+const REPLY_LIMIT_ALB: usize = 1_000_000;
+const REPLY_ENVELOPE: usize = 16 * 1024;
+
+/// The largest reply body the invocation's trigger can take.
+fn reply_limit(req: &lambda_http::Request) -> usize {
+    match req.request_context_ref() {
+        Some(RequestContext::Alb(_)) => REPLY_LIMIT_ALB - REPLY_ENVELOPE,
+        _ => REPLY_LIMIT_INVOKE - REPLY_ENVELOPE,
+    }
+}
+
+/// The response, or — when its body would not fit through Lambda (the trigger would answer a
+/// bare 502) — a kvcm error saying what to do. The body's size counts as Lambda counts it: as a
+/// JSON string, where every `"` and `\\` takes two bytes. Configure `max_keys_per_request` and
+/// `max_location_specs_per_response` so that replies fit (docs/deploy.md); this is the last line.
+async fn within_reply_limit(response: Response, limit: usize) -> Response {
+    let (parts, body) = response.into_parts();
+    let too_large = |size: usize| {
+        tracing::warn!(bytes = size, limit, "a reply is too large for Lambda; answered with an error instead");
+        crate::reply::error_response(
+            axum::http::StatusCode::BAD_REQUEST,
+            kvcm_core::wire::StatusCode::INVALID_ARGUMENT,
+            format!(
+                "the reply ({size} bytes or more) exceeds what AWS Lambda can return ({limit} bytes): ask for \
+                 fewer blocks per request (lower max_keys_per_request and max_location_specs_per_response on \
+                 this function)"
+            ),
+        )
+    };
+    let bytes = match axum::body::to_bytes(body, limit.saturating_add(1)).await {
+        Ok(bytes) => bytes,
+        Err(_) => return too_large(limit + 1),
+    };
+    let escaped = bytes.len() + bytes.iter().filter(|b| matches!(b, b'"' | b'\\')).count();
+    if escaped > limit {
+        return too_large(escaped);
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 /// The client address of an invocation: the source IP API Gateway puts in the request context
 /// (`requestContext.http.sourceIp` of an HTTP API, `requestContext.identity.sourceIp` of a REST
 /// API) — what the gateway saw, which the client cannot choose. An ALB passes none: then the
@@ -282,6 +350,28 @@ fn rightmost_forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn body_of(r: Response) -> serde_json::Value {
+        serde_json::from_slice(&axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reply_too_large_for_lambda_becomes_a_kvcm_error_counted_as_a_json_string() {
+        let reply = |body: String| Response::new(axum::body::Body::from(body));
+        // Fits: passed through unchanged.
+        let fits = within_reply_limit(reply("x".repeat(1000)), 1000).await;
+        assert_eq!(fits.status(), 200);
+        assert_eq!(axum::body::to_bytes(fits.into_body(), usize::MAX).await.unwrap().len(), 1000);
+        // 600 quotes take 1,200 bytes inside the payload's JSON string: too large for 1,000.
+        let quoted = within_reply_limit(reply("\"".repeat(600)), 1000).await;
+        assert_eq!(quoted.status(), 400);
+        let v = body_of(quoted).await;
+        assert_eq!(v["header"]["status"]["code"], "INVALID_ARGUMENT", "{v}");
+        assert!(v["header"]["status"]["message"].as_str().unwrap().contains("max_keys_per_request"), "{v}");
+        // Larger than the limit before counting: refused without buffering it all.
+        let big = within_reply_limit(reply("x".repeat(5000)), 1000).await;
+        assert_eq!(big.status(), 400);
+    }
 
     /// An API Gateway HTTP API (payload format 2.0) event from `source_ip`.
     fn v2_event(source_ip: &str, forwarded_for: Option<&str>) -> String {

@@ -153,6 +153,17 @@ impl Access {
 
     /// Opens the cluster connection (no scripts loaded); a failure is diagnosed.
     pub async fn cluster(&self) -> Result<ClusterConnection, ConnectError> {
+        // With a password and a plain scheme, the seeds are probed first: AUTH must not go out in
+        // clear to an endpoint that speaks only TLS (the usual mistake with ElastiCache), only to
+        // be refused after the password has crossed the network.
+        if self.tls.is_none() && (self.password.is_some() || self.url_password()) {
+            for seed in &self.seeds {
+                let Some((host, port)) = host_port(seed) else { continue };
+                if probe(&host, port, self.connect_timeout).await == Speaks::Tls {
+                    return Err(ConnectError::SpeaksTls { addr: format!("{host}:{port}") });
+                }
+            }
+        }
         let mut builder = ClusterClient::builder(self.seeds.clone())
             .response_timeout(self.timeout)
             .connection_timeout(self.connect_timeout)
@@ -232,6 +243,13 @@ impl Access {
             }
         }
         ConnectError::Valkey(e)
+    }
+
+    /// Whether a seed URL carries a password.
+    fn url_password(&self) -> bool {
+        self.seeds.iter().any(|seed| {
+            seed.as_str().into_connection_info().is_ok_and(|info| info.redis_settings().password().is_some())
+        })
     }
 
     /// The user name in the first seed URL, if any.
@@ -437,6 +455,31 @@ mod tests {
         assert_eq!(probe("127.0.0.1", resp, t).await, Speaks::Resp);
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         assert_eq!(probe("127.0.0.1", closed, t).await, Speaks::Unknown);
+    }
+
+    #[tokio::test]
+    async fn a_password_never_goes_in_clear_to_a_port_that_speaks_tls() {
+        // A port that answers like a TLS server and records every byte it is sent.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                record.lock().unwrap().extend_from_slice(&buf[..n]);
+                let _ = s.write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]).await;
+            }
+        });
+        let access = Access::from_urls(&[format!("redis://kv:s3cret-pw@127.0.0.1:{port}")], 2000, 2000);
+        match access.cluster().await {
+            Err(ConnectError::SpeaksTls { addr }) => assert_eq!(addr, format!("127.0.0.1:{port}")),
+            other => panic!("expected SpeaksTls, got {:?}", other.map(|_| ())),
+        }
+        let seen = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
+        assert!(seen.contains("PING"), "the port was probed: {seen:?}");
+        assert!(!seen.contains("s3cret-pw") && !seen.contains("AUTH"), "the password went out: {seen:?}");
     }
 
     #[test]
