@@ -150,8 +150,11 @@ module "valkey" {
   node_type               = var.valkey_node_type
   num_node_groups         = var.valkey_shards
   replicas_per_node_group = var.valkey_replicas_per_shard
-  slow_log_group_name     = module.observability.log_group_names["valkey_slow_log"]
-  engine_log_group_name   = module.observability.log_group_names["valkey_engine"]
+
+  auth_token_version         = var.valkey_auth_token_version
+  auth_token_update_strategy = var.valkey_auth_token_update_strategy
+  slow_log_group_name        = module.observability.log_group_names["valkey_slow_log"]
+  engine_log_group_name      = module.observability.log_group_names["valkey_engine"]
 }
 
 module "api" {
@@ -172,7 +175,14 @@ module "api" {
   min_capacity        = var.api_min_tasks
   desired_count       = var.api_min_tasks
   max_capacity        = var.api_max_tasks
+  cpu                 = var.api_task_cpu
+  memory              = var.api_task_memory
   startup_config      = var.startup_config
+
+  lambda_reserved_concurrency = var.lambda_reserved_concurrency
+  api_throttling_rate_limit   = var.api_throttling_rate_limit
+  api_throttling_burst_limit  = var.api_throttling_burst_limit
+  secrets_version             = module.valkey.auth_token_version
 
   valkey_url                      = module.valkey.valkey_url
   valkey_client_security_group_id = module.valkey.client_security_group_id
@@ -209,6 +219,7 @@ module "worker" {
   valkey_url                      = module.valkey.valkey_url
   valkey_client_security_group_id = module.valkey.client_security_group_id
   valkey_auth_secret_arn          = module.valkey.auth_token_secret_arn
+  secrets_version                 = module.valkey.auth_token_version
   valkey_kms_key_arn              = module.valkey.kms_key_arn
 
   log_group_name         = module.observability.log_group_names["worker"]

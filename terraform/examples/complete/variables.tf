@@ -148,6 +148,83 @@ variable "api_max_tasks" {
   }
 }
 
+variable "api_task_cpu" {
+  type        = number
+  description = "Fargate CPU units of a kvcm-api task (1024 = 1 vCPU; runtime ecs). docs/deploy.md sizes ~3k 128-block reads/s per vCPU."
+  default     = 1024
+
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.api_task_cpu)
+    error_message = "api_task_cpu must be a Fargate CPU size: 256, 512, 1024, 2048, 4096, 8192 or 16384."
+  }
+}
+
+variable "api_task_memory" {
+  type        = number
+  description = "Memory (MiB) of a kvcm-api task (runtime ecs); must be valid for api_task_cpu."
+  default     = 2048
+
+  validation {
+    condition     = var.api_task_memory >= 512 && var.api_task_memory <= 122880
+    error_message = "api_task_memory must be from 512 to 122880 MiB."
+  }
+}
+
+variable "lambda_reserved_concurrency" {
+  type        = number
+  description = "Reserved concurrency of the meta-plane function (runtime lambda): peak reads/s x ~1 ms x 1.5 (docs/deploy.md); the account's Lambda concurrency quota must be above it."
+  default     = 200
+
+  validation {
+    condition     = var.lambda_reserved_concurrency >= 1
+    error_message = "lambda_reserved_concurrency must be at least 1."
+  }
+}
+
+variable "api_throttling_rate_limit" {
+  type        = number
+  description = "Steady-state requests/s the meta plane's HTTP API admits (runtime lambda). API Gateway's account quota (10,000 requests/s per region by default) caps it: raise the quota first for more."
+  default     = 5000
+
+  validation {
+    condition     = var.api_throttling_rate_limit > 0
+    error_message = "api_throttling_rate_limit must be positive."
+  }
+}
+
+variable "api_throttling_burst_limit" {
+  type        = number
+  description = "Burst of requests the meta plane's HTTP API admits (runtime lambda); capped by the account's burst quota (5,000 by default)."
+  default     = 5000
+
+  validation {
+    condition     = var.api_throttling_burst_limit > 0
+    error_message = "api_throttling_burst_limit must be positive."
+  }
+}
+
+variable "valkey_auth_token_version" {
+  type        = number
+  description = "AUTH token generation: bump it to rotate the token (apply with valkey_auth_token_update_strategy = ROTATE, then again with SET; docs/deploy.md). The kvcm tasks and functions roll onto the new token once ElastiCache has it."
+  default     = 1
+
+  validation {
+    condition     = var.valkey_auth_token_version >= 1 && floor(var.valkey_auth_token_version) == var.valkey_auth_token_version
+    error_message = "valkey_auth_token_version must be a positive whole number."
+  }
+}
+
+variable "valkey_auth_token_update_strategy" {
+  type        = string
+  description = "How a changed AUTH token is applied: ROTATE (old and new both valid, while the kvcm processes roll) or SET (only the new one: the second apply of a rotation)."
+  default     = "ROTATE"
+
+  validation {
+    condition     = contains(["ROTATE", "SET"], var.valkey_auth_token_update_strategy)
+    error_message = "valkey_auth_token_update_strategy must be ROTATE or SET."
+  }
+}
+
 variable "worker_min_tasks" {
   type        = number
   description = "Fewest kvcm-worker tasks."

@@ -91,6 +91,11 @@ data "aws_iam_policy_document" "lambda" {
     sid       = "DecryptItsSecretsAndEnvironment"
     actions   = ["kms:Decrypt"]
     resources = local.secret_kms_key_arns
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["secretsmanager.${local.region}.amazonaws.com", "lambda.${local.region}.amazonaws.com"]
+    }
   }
 }
 
@@ -124,9 +129,15 @@ resource "aws_lambda_function" "plane" {
   }
 
   environment {
-    variables = merge(local.environment, {
-      KVCM_LAMBDA_PLANE = each.key
-      SECRET_ARNS       = local.secret_arns
+    # client_ip_header is left out: in Lambda the event names the caller (API Gateway's
+    # sourceIp; behind the ALB, the right-most X-Forwarded-For entry the ALB appended), and kvcm
+    # ignores the setting there. The response bound keeps every reply inside what the trigger
+    # can return (6 MB through API Gateway, 1 MB from an ALB target); kvcm refuses a request
+    # whose reply would need more, before it runs, instead of the trigger answering a bare 502.
+    variables = merge({ for k, v in local.environment : k => v if k != "KVCM_CLIENT_IP_HEADER" }, {
+      KVCM_LAMBDA_PLANE                    = each.key
+      SECRET_ARNS                          = local.secret_arns
+      KVCM_MAX_LOCATION_SPECS_PER_RESPONSE = tostring(each.key == "meta" ? var.lambda_max_location_specs_per_response : min(var.lambda_max_location_specs_per_response, 5000))
     })
   }
 

@@ -37,12 +37,16 @@ locals {
       KVCM_LOG_LEVEL            = var.log_level
       KVCM_META_AUTH            = "true"
       KVCM_BOOTSTRAP_ADMIN_USER = var.bootstrap_admin_user
-      # Behind the ALB / API Gateway every client shares the proxy's address; both append the
-      # client's to X-Forwarded-For, and kvcm reads its right-most entry.
+      # Behind the ALB every client shares the balancer's address; it appends the client's to
+      # X-Forwarded-For, and kvcm reads its right-most entry. (The Lambda functions leave this out:
+      # there the event names the caller, lambda.tf.)
       KVCM_CLIENT_IP_HEADER = "x-forwarded-for"
       KVCM_IDLE_TIMEOUT_MS  = tostring((var.alb_idle_timeout + 15) * 1000)
     },
     var.startup_config == "" ? {} : { KVCM_STARTUP_CONFIG = var.startup_config },
+    # Not a kvcm setting: changing it changes the task definition (and function configuration),
+    # which is what makes a secret rotation reach every running process (secrets_version).
+    { SECRETS_VERSION = tostring(var.secrets_version) },
     var.extra_environment,
   )
 

@@ -240,6 +240,17 @@ variable "lambda_reserved_concurrency" {
   }
 }
 
+variable "lambda_max_location_specs_per_response" {
+  type        = number
+  description = "runtime = lambda: most location specs one reply of the meta function may carry (kvcm's max_location_specs_per_response), so that every reply fits Lambda's 6 MB response payload (~150 bytes of JSON per spec); the admin function, behind the ALB's 1 MB, gets at most 5,000."
+  default     = 20000
+
+  validation {
+    condition     = var.lambda_max_location_specs_per_response >= 1 && var.lambda_max_location_specs_per_response <= 30000
+    error_message = "lambda_max_location_specs_per_response must be within 1..30000 (larger replies would not fit Lambda's 6 MB)."
+  }
+}
+
 variable "api_throttling_rate_limit" {
   type        = number
   description = "Steady-state requests per second the HTTP API admits (runtime = lambda)."
@@ -338,6 +349,17 @@ variable "startup_config" {
   validation {
     condition     = var.startup_config == "" || can(jsondecode(var.startup_config))
     error_message = "startup_config must be empty or JSON."
+  }
+}
+
+variable "secrets_version" {
+  type        = number
+  description = "Generation of the secrets this module's processes read at start (the valkey module's auth_token_version output). A change rolls the ECS tasks (and Lambda functions) so each reads the current secrets; no secret value is involved."
+  default     = 1
+
+  validation {
+    condition     = var.secrets_version >= 1 && floor(var.secrets_version) == var.secrets_version
+    error_message = "secrets_version must be a positive whole number."
   }
 }
 

@@ -23,6 +23,12 @@ output "auth_token_secret_arn" {
   value       = aws_secretsmanager_secret.auth_token.arn
 }
 
+output "auth_token_version" {
+  description = "The AUTH token generation the replication group has applied. Pass it to the api and worker modules (secrets_version): it changes their task definitions and function configurations only after ElastiCache accepts the new token, so a rotation rolls every kvcm process onto it in step."
+  value       = var.auth_token_version
+  depends_on  = [aws_elasticache_replication_group.this]
+}
+
 output "kms_key_arn" {
   description = "KMS key encrypting the data at rest and the AUTH token secret (readers of the secret need kms:Decrypt on it)."
   value       = aws_kms_key.this.arn

@@ -29,6 +29,9 @@ locals {
       KVCM_BIND                 = "127.0.0.1"
       KVCM_WORKER__METRICS_PORT = tostring(local.metrics_port)
     },
+    # Not a kvcm setting: changing it changes the task definition (and function configuration),
+    # which is what makes a secret rotation reach every running process (secrets_version).
+    { SECRETS_VERSION = tostring(var.secrets_version) },
     var.extra_environment,
   )
 

@@ -202,6 +202,17 @@ variable "log_level" {
   }
 }
 
+variable "secrets_version" {
+  type        = number
+  description = "Generation of the secrets this module's processes read at start (the valkey module's auth_token_version output). A change rolls the ECS tasks (and Lambda functions) so each reads the current secrets; no secret value is involved."
+  default     = 1
+
+  validation {
+    condition     = var.secrets_version >= 1 && floor(var.secrets_version) == var.secrets_version
+    error_message = "secrets_version must be a positive whole number."
+  }
+}
+
 variable "extra_environment" {
   type        = map(string)
   description = "More worker configuration as KVCM_WORKER__<KEY> (or KVCM_<KEY>) variables, e.g. KVCM_WORKER__DELETE_BATCH. Not for secrets."
