@@ -1,6 +1,5 @@
-//! Tests on the shared Mooncake synthetic trace (`../../shared/traces/` relative to this
-//! crate). When the file is absent (a checkout without `shared/`) each test says so and passes
-//! without checking anything; the generated-trace property tests still run.
+//! Tests on the shared Mooncake synthetic trace, vendored in `tests/data/traces/` (see its
+//! README) so that they run on every checkout.
 
 use std::path::PathBuf;
 
@@ -9,12 +8,8 @@ use kvcm_optimizer::sweep::{SweepConfig, capacities_from_fractions, run_sweep};
 use kvcm_optimizer::{PolicyKind, PolicyParams, Trace, TraceFormat, simulate};
 
 fn shared_trace() -> Option<Trace> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/mooncake_synthetic_trace.jsonl");
-    if !path.exists() {
-        eprintln!("skipping: {} not found", path.display());
-        return None;
-    }
-    Some(Trace::read(&path, TraceFormat::Mooncake).expect("the shared trace parses"))
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/traces/mooncake_synthetic_trace.jsonl");
+    Some(Trace::read(&path, TraceFormat::Mooncake).expect("the vendored shared trace parses"))
 }
 
 #[test]

@@ -21,11 +21,9 @@ const SPEEDUP: &str = "20";
 /// Allowed |observed − predicted| in hit-rate points (0–1), derived in docs/replay.md.
 const TOLERANCE: f64 = 0.02;
 
+/// The shared Mooncake trace, vendored in tests/data/traces (see its README).
 fn shared_trace() -> std::path::PathBuf {
-    let path =
-        repo_root().parent().expect("the repository has a parent").join("shared/traces/mooncake_synthetic_trace.jsonl");
-    assert!(path.exists(), "the shared trace is missing at {}: this test needs it", path.display());
-    path
+    repo_root().join("tests/data/traces/mooncake_synthetic_trace.jsonl")
 }
 
 #[test]
