@@ -5,25 +5,27 @@
 #   1. throughput (BENCH_RUNS times): saturation of 128-block prefix reads, direct vs HTTP, then
 #      an open-loop run at 50% of the HTTP rate (p50/p99 at half of saturation), then two-phase
 #      write sessions/s;
-#   2. latency (BENCH_RUNS times): serial prefix match at 100 / 1k / 5k / 20k blocks;
+#   2. latency (BENCH_LATENCY_RUNS times): serial prefix match at 100 / 1k / 5k / 20k blocks;
 #   3. peer: kvcm vs Mooncake store master, serial, 128 and 1,024 keys, alternating rounds;
 #   4. memory per block;
 #   5. kvcm-replay --setup of the shared trace against a kvcm-api + kvcm-worker (processes), next
 #      to the optimizer's prediction.
 #
 # Environment: BENCH_VALKEY_PORT (7661: cluster 7661..7663; the Mooncake master, kvcm-api and
-# kvcm-worker of the run use BENCH_VALKEY_PORT+50..+62), BENCH_RUNS (3), BENCH_SECONDS (3, per
-# throughput phase), BENCH_PROMPTS (2048 prompts of 128 blocks for throughput), BENCH_BLOCKS
-# (262144, memory), BENCH_TRACE (../shared/traces/mooncake_synthetic_trace.jsonl), BENCH_SPEEDUP
-# (20), BENCH_SKIP_BUILD=1.
+# kvcm-worker of the run use BENCH_VALKEY_PORT+50..+62), BENCH_RUNS (3 throughput runs),
+# BENCH_LATENCY_RUNS (5), BENCH_SECONDS (5, per throughput phase), BENCH_PROMPTS (8192 prompts of
+# 128 blocks = 1M blocks for throughput, as in docs/benchmarks.md), BENCH_BLOCKS (262144, memory),
+# BENCH_TRACE (../shared/traces/mooncake_synthetic_trace.jsonl), BENCH_SPEEDUP (10),
+# BENCH_SKIP_BUILD=1.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 port="${BENCH_VALKEY_PORT:-7661}"
 runs="${BENCH_RUNS:-3}"
-secs="${BENCH_SECONDS:-3}"
-prompts="${BENCH_PROMPTS:-2048}"
+lat_runs="${BENCH_LATENCY_RUNS:-5}"
+secs="${BENCH_SECONDS:-5}"
+prompts="${BENCH_PROMPTS:-8192}"
 blocks="${BENCH_BLOCKS:-262144}"
 trace="${BENCH_TRACE:-$KVCM_ROOT/../shared/traces/mooncake_synthetic_trace.jsonl}"
-speedup="${BENCH_SPEEDUP:-20}"
+speedup="${BENCH_SPEEDUP:-10}"
 out="$KVCM_HOME/bench"
 bin="$KVCM_ROOT/target/release"
 [ -f "$trace" ] || die "the trace $trace is missing (BENCH_TRACE)"
@@ -59,11 +61,16 @@ meta_info() {
 meta_info
 bench() { "$bin/kvcm-bench" --valkey "$url" --record "$records" "$@" | tee -a "$log" >&2; }
 
-for i in $(seq "$runs"); do
-  log "throughput run $i/$runs"
-  bench throughput --concurrency 64 --seconds "$secs" --prompts "$prompts" --open-loop-fraction 0.5
-  log "latency run $i/$runs"
-  bench latency --requests 300
+# Alternate the two so that machine noise spreads over both.
+for i in $(seq $((runs > lat_runs ? runs : lat_runs))); do
+  if [ "$i" -le "$runs" ]; then
+    log "throughput run $i/$runs"
+    bench throughput --concurrency 64 --seconds "$secs" --prompts "$prompts" --open-loop-fraction 0.5
+  fi
+  if [ "$i" -le "$lat_runs" ]; then
+    log "latency run $i/$lat_runs"
+    bench latency --requests 300
+  fi
 done
 
 log "peer: kvcm vs Mooncake store master"
@@ -75,7 +82,7 @@ pids+=("$mc_pid")
 sleep 1
 kill -0 "$mc_pid" 2>/dev/null || die "mooncake_master did not start: $(tail -5 "$out/mooncake-master.log")"
 LD_LIBRARY_PATH="$MC/mooncake_transfer_engine_non_cuda.libs:$MC/mooncake:$MC/cudart" PYTHONPATH="$MC" \
-  bench peer --sizes 128,1024 --rounds 7 --requests 200 --mooncake-master "127.0.0.1:$mc_port" \
+  bench peer --sizes 128,1024 --rounds 9 --requests 200 --mooncake-master "127.0.0.1:$mc_port" \
   --script "$KVCM_ROOT/loadtest/peer/mooncake_peer.py" 2>"$out/peer.stderr" \
   || die "kvcm-bench peer failed: $(tail -5 "$out/peer.stderr")"
 kill -TERM "$mc_pid" 2>/dev/null || true

@@ -69,12 +69,14 @@ impl Backpressure {
     /// Waits until the last reading is within the limit; how long it waited (zero if it did not).
     pub async fn wait(&mut self) -> Result<Duration, Stalled> {
         let started = Instant::now();
+        let mut waited = false;
         loop {
             if let Some(usage) = *self.latest.borrow_and_update()
                 && usage <= self.limit_bytes
             {
-                return Ok(started.elapsed());
+                return Ok(if waited { started.elapsed() } else { Duration::ZERO });
             }
+            waited = true;
             let left = self.timeout.saturating_sub(started.elapsed());
             if left.is_zero() || tokio::time::timeout(left, self.latest.changed()).await.is_err() {
                 let usage = self.latest.borrow().map_or("unknown".to_string(), |u| format!("{u:.0}"));
