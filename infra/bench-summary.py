@@ -94,7 +94,8 @@ def main(records_path, md_path, json_path):
     lines = [
         f"`make bench` — {machine.get('date', '?')}: {machine.get('cpus', '?')} cores ({machine.get('cpu', '?')}), "
         f"{machine.get('mem_gib', '?')} GiB; load average at start {machine.get('load_start', '?')}, "
-        f"at end {end.get('load_end', '?')}. Medians over {t['runs']} runs where several.",
+        f"at end {end.get('load_end', '?')}. Medians over {t['runs']} throughput runs and "
+        f"{max([l['runs'] for l in s['latency']] or [0])} latency runs.",
         "",
         "| figure | value |",
         "|---|---:|",

@@ -81,10 +81,11 @@ mc_pid=$!
 pids+=("$mc_pid")
 sleep 1
 kill -0 "$mc_pid" 2>/dev/null || die "mooncake_master did not start: $(tail -5 "$out/mooncake-master.log")"
+# The Mooncake client's glog lines go to peer.stderr, the results to the log and the terminal.
 LD_LIBRARY_PATH="$MC/mooncake_transfer_engine_non_cuda.libs:$MC/mooncake:$MC/cudart" PYTHONPATH="$MC" \
-  bench peer --sizes 128,1024 --rounds 9 --requests 200 --mooncake-master "127.0.0.1:$mc_port" \
-  --script "$KVCM_ROOT/loadtest/peer/mooncake_peer.py" 2>"$out/peer.stderr" \
-  || die "kvcm-bench peer failed: $(tail -5 "$out/peer.stderr")"
+  "$bin/kvcm-bench" --valkey "$url" --record "$records" peer --sizes 128,1024 --rounds 9 --requests 200 \
+  --mooncake-master "127.0.0.1:$mc_port" --script "$KVCM_ROOT/loadtest/peer/mooncake_peer.py" 2>"$out/peer.stderr" \
+  | tee -a "$log" >&2 || die "kvcm-bench peer failed: $(tail -5 "$out/peer.stderr")"
 kill -TERM "$mc_pid" 2>/dev/null || true
 
 log "memory per block ($blocks blocks)"
