@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export KVCM_ROOT := $(CURDIR)
 TEST_VALKEY_PORT ?= 7301
 
-.PHONY: run test fuzz loadtest deps build build-release lint unit cluster-up cluster-down clean terraform-check
+.PHONY: run test fuzz loadtest bench deps build build-release lint unit cluster-up cluster-down clean terraform-check
 
 ## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
 run: deps build-release
@@ -41,6 +41,13 @@ fuzz: deps
 SCENARIO ?= smoke
 loadtest:
 	@loadtest/k6/run.sh $(SCENARIO) $(K6_ARGS)
+
+## bench: the whole benchmark set, briefly (~10 min on 2 cores after the build), on a local
+## cluster at BENCH_VALKEY_PORT (7661..7663), release builds, Mooncake's store master side by side;
+## summary in .kvcm/bench/summary.{md,json} (see docs/benchmarks.md, infra/bench.sh)
+BENCH_VALKEY_PORT ?= 7661
+bench:
+	@BENCH_VALKEY_PORT=$(BENCH_VALKEY_PORT) infra/bench.sh
 
 deps:
 	@infra/deps.sh

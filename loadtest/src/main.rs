@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod auth;
+mod peer;
+mod rate;
 
 #[derive(Parser)]
 #[command(about = "kvcm benchmarks against a real Valkey cluster")]
@@ -25,6 +27,9 @@ struct Args {
     /// Valkey cluster seed.
     #[arg(long, default_value = "redis://127.0.0.1:7001", global = true)]
     valkey: String,
+    /// Append each result as one JSON line to this file (`make bench` builds its summary from it).
+    #[arg(long, global = true)]
+    record: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -79,6 +84,34 @@ enum Cmd {
         concurrency: usize,
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Prompts of 128 blocks written first (8,192 = 1M blocks).
+        #[arg(long, default_value_t = 8192)]
+        prompts: usize,
+        /// Then an open-loop run of HTTP reads at this fraction of the HTTP rate just measured
+        /// (e.g. 0.5: latency at half of saturation); 0 = none.
+        #[arg(long, default_value_t = 0.0)]
+        open_loop_fraction: f64,
+    },
+    /// Side by side with a peer: serial getCacheLocation QT_PREFIX_MATCH of N blocks through HTTP
+    /// vs Mooncake store master's batch_is_exist of N keys through its Python client, alternating
+    /// rounds (needs a running mooncake_master; `make bench` starts one).
+    Peer {
+        #[arg(long, value_delimiter = ',', default_value = "128,1024")]
+        sizes: Vec<usize>,
+        /// Measured rounds (one more, first, warms up).
+        #[arg(long, default_value_t = 7)]
+        rounds: usize,
+        /// Serial calls per side, size and round.
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        /// The mooncake_master's RPC address.
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        mooncake_master: String,
+        /// Python with Mooncake's wheel folder on PYTHONPATH (and its libraries on LD_LIBRARY_PATH).
+        #[arg(long, default_value = "python3")]
+        python: String,
+        #[arg(long, default_value = "loadtest/peer/mooncake_peer.py")]
+        script: String,
     },
     /// What authentication costs: 128-block prefix reads through HTTP with meta auth off, with an
     /// engine API key and with an engine account, in alternating rounds (DESIGN §7: ≤ 5%).
@@ -273,6 +306,16 @@ async fn serve(
     Ok((addr, stop_tx, serving))
 }
 
+/// Appends one JSON line to the `--record` file, if any.
+fn record(path: &Option<std::path::PathBuf>, value: serde_json::Value) -> Result<()> {
+    use std::io::Write;
+    if let Some(path) = path {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        writeln!(f, "{value}")?;
+    }
+    Ok(())
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -295,6 +338,11 @@ async fn main() -> Result<()> {
                 (after - before) / 1048576.0,
                 t.elapsed().as_secs_f64()
             );
+            let per_block = (after - before) / written as f64;
+            record(
+                &args.record,
+                serde_json::json!({"bench": "memory", "blocks": written, "specs": specs, "bytes_per_block": per_block}),
+            )?;
             b.cleanup().await?;
         }
         Cmd::ReadCpu { blocks, reads } => {
@@ -456,10 +504,17 @@ async fn main() -> Result<()> {
             );
             b.cleanup().await?;
         }
+        Cmd::Peer { sizes, rounds, requests, mooncake_master, python, script } => {
+            let a = peer::PeerArgs { sizes, rounds, requests, mooncake_master, python, script };
+            for rec in peer::run(&args.valkey, &a).await? {
+                record(&args.record, rec)?;
+            }
+        }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
-        Cmd::Throughput { concurrency, seconds } => {
+        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction } => {
             let b = Arc::new(Bench::new(&args.valkey, 1).await?);
-            let prompts = Arc::new(b.fill(8192, 128, 1024).await?); // 1M blocks, 1,024 kept for reads
+            let written = prompts * 128;
+            let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
             let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16, |_| {}).await?;
             let base = format!("http://{}", server);
             let dur = std::time::Duration::from_secs(seconds);
@@ -523,6 +578,37 @@ async fn main() -> Result<()> {
                 "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
                 100.0 * http / direct
             );
+            let mut rec = serde_json::json!({"bench": "throughput", "concurrency": concurrency, "seconds": seconds,
+                "blocks": written, "direct_reads_per_s": direct, "http_reads_per_s": http});
+            if open_loop_fraction > 0.0 {
+                // Half of saturation (or any fraction): arrivals at a fixed rate, latency from the
+                // scheduled start.
+                let bodies: Vec<String> = prompts
+                    .iter()
+                    .map(|keys| serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys}).to_string())
+                    .collect();
+                let client = reqwest::Client::new();
+                let r = rate::open_loop(
+                    &client,
+                    &format!("{base}/api/getCacheLocation"),
+                    Arc::new(bodies),
+                    open_loop_fraction * http,
+                    dur,
+                )
+                .await;
+                println!(
+                    "throughput: open loop at {:.0}% of the HTTP rate ({:.0}/s offered, {seconds} s): {:.0}/s completed, p50 {:.3} ms, p99 {:.3} ms ({} errors, {} dropped)",
+                    100.0 * open_loop_fraction,
+                    r.offered_per_s,
+                    r.completed_per_s,
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.errors,
+                    r.dropped
+                );
+                rec["open_loop"] = serde_json::json!({"fraction": open_loop_fraction, "offered_per_s": r.offered_per_s,
+                    "completed_per_s": r.completed_per_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "errors": r.errors, "dropped": r.dropped});
+            }
             // Two-phase writes of 32 new blocks per session through HTTP.
             let client = reqwest::Client::new();
             let t = Instant::now();
@@ -547,10 +633,12 @@ async fn main() -> Result<()> {
             for h in futures::future::join_all(tasks).await {
                 total += h??;
             }
+            let sessions = total as f64 / t.elapsed().as_secs_f64();
             println!(
-                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent: {:.0} sessions/s",
-                total as f64 / t.elapsed().as_secs_f64()
+                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent: {sessions:.0} sessions/s"
             );
+            rec["write_sessions_per_s"] = serde_json::json!(sessions);
+            record(&args.record, rec)?;
             let _ = stop_tx.send(());
             serving.await??;
             b.cleanup().await?;
@@ -596,6 +684,11 @@ async fn main() -> Result<()> {
                     percentile(&lat, 0.5),
                     percentile(&lat, 0.99)
                 );
+                record(
+                    &args.record,
+                    serde_json::json!({"bench": "latency", "blocks": n, "requests": count,
+                    "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99)}),
+                )?;
             }
             let _ = stop_tx.send(());
             serving.await??;

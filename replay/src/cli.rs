@@ -12,6 +12,7 @@
 //! if all `--concurrency` engines are busy (the lag is reported); without it, requests start as
 //! soon as an engine is free.
 
+use crate::backpressure::Backpressure;
 use crate::client::{Client, Credential};
 use crate::engine::Engine;
 use crate::report::{Report, ReportContext, Stats};
@@ -122,6 +123,21 @@ pub struct Args {
     /// Never draw the progress bar (it draws only on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Back-pressure: a kvcm-worker's metrics URL (`http://host:port/metrics`). New requests
+    /// pause while the group's usage there (`kvcm_group_usage_bytes`, published each reclaim
+    /// round) is more than --backpressure-over above the capacity, until the reclaimer catches
+    /// up: the cache the replay measures then stays within that margin of the optimizer's,
+    /// however fast the machine's worker evicts. Needs a capacity; reads --group's usage.
+    #[arg(long)]
+    pub backpressure_metrics: Option<String>,
+    /// Back-pressure: allowed usage above the capacity, as a fraction of it.
+    #[arg(long, default_value_t = 0.05)]
+    pub backpressure_over: f64,
+    /// Back-pressure: the longest pause before the replay fails (the reclaimer is not keeping up
+    /// at all: no worker, wrong URL or group).
+    #[arg(long, default_value_t = 60)]
+    pub backpressure_timeout_s: u64,
 }
 
 fn credential(api_key: &Option<String>, user: &Option<String>) -> Option<Credential> {
@@ -218,8 +234,21 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         );
         bar
     };
+    let mut backpressure = match (&args.backpressure_metrics, capacity) {
+        (Some(url), Some(cap)) if !args.dry_run => {
+            anyhow::ensure!(args.backpressure_over >= 0.0, "--backpressure-over must be at least 0");
+            let limit = cap as f64 * args.block_bytes as f64 * (1.0 + args.backpressure_over);
+            let timeout = Duration::from_secs(args.backpressure_timeout_s);
+            Some(Backpressure::start(url, &args.group, limit, Duration::from_millis(10), timeout))
+        }
+        (Some(_), None) => {
+            anyhow::bail!("--backpressure-metrics needs a capacity (--capacity-blocks or --capacity-fraction)")
+        }
+        _ => None,
+    };
     let started = Instant::now();
-    let wall_seconds = if args.dry_run { 0.0 } else { dispatch(&trace, &engine, &args, &bar).await };
+    let wall_seconds =
+        if args.dry_run { 0.0 } else { dispatch(&trace, &engine, &args, &bar, backpressure.as_mut()).await? };
     bar.finish_and_clear();
     tracing::debug!(elapsed = ?started.elapsed(), "replay done");
 
@@ -239,13 +268,32 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
 }
 
 /// Starts every request at its (scaled) time with at most `--concurrency` in flight; waits for
-/// all. Returns the wall time in seconds.
-async fn dispatch(trace: &Trace, engine: &Arc<Engine>, args: &Args, bar: &indicatif::ProgressBar) -> f64 {
+/// all. Returns the wall time in seconds. With back-pressure, a request first waits until the
+/// cache is within its margin; trace time stands still meanwhile (the schedule shifts by the
+/// pause), so pacing resumes at the same rate instead of bursting to catch up.
+async fn dispatch(
+    trace: &Trace,
+    engine: &Arc<Engine>,
+    args: &Args,
+    bar: &indicatif::ProgressBar,
+    mut backpressure: Option<&mut Backpressure>,
+) -> anyhow::Result<f64> {
     let engines = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
     let t0 = tokio::time::Instant::now();
     let first = if trace.requests() > 0 { trace.time_us(0) } else { 0 };
+    let mut paused = Duration::ZERO;
     for i in 0..trace.requests() {
-        let due = args.speedup.map(|s| t0 + Duration::from_secs_f64((trace.time_us(i) - first) as f64 / 1e6 / s));
+        if let Some(bp) = backpressure.as_deref_mut() {
+            let waited = bp.wait().await?;
+            if !waited.is_zero() {
+                paused += waited;
+                let mut stats = engine.stats.lock().unwrap();
+                stats.backpressure_pauses += 1;
+                stats.backpressure_paused_ms += waited.as_secs_f64() * 1000.0;
+            }
+        }
+        let due =
+            args.speedup.map(|s| t0 + paused + Duration::from_secs_f64((trace.time_us(i) - first) as f64 / 1e6 / s));
         if let Some(due) = due {
             tokio::time::sleep_until(due).await;
         }
@@ -268,5 +316,5 @@ async fn dispatch(trace: &Trace, engine: &Arc<Engine>, args: &Args, bar: &indica
     }
     // Every engine free again = every request done.
     let _all = engines.acquire_many(args.concurrency as u32).await.expect("the semaphore is never closed");
-    t0.elapsed().as_secs_f64()
+    Ok(t0.elapsed().as_secs_f64())
 }

@@ -7,12 +7,15 @@
 //! * [`engine`] — one request as a connector makes it: prefix read, startWriteCache of the
 //!   missing suffix, optional bytes to `file://` URIs, finishWriteCache.
 //! * [`setup`] — optional creation of the storage, group (quota, watermark, policy) and instance.
+//! * [`backpressure`] — optional pauses while the cache is over capacity by more than a margin,
+//!   until the worker's reclaimer catches up (read from the worker's metrics).
 //! * [`client`] — HTTP calls with credentials, deadlines and error kinds.
 //! * [`report`] — counters, latency percentiles per RPC, errors by kind; text or JSON.
 //!
 //! It fails fast on a bad trace, bad flags or a failed setup; RPC failures during the replay are
 //! counted, never fatal.
 
+pub mod backpressure;
 pub mod cli;
 pub mod client;
 pub mod engine;

@@ -31,6 +31,9 @@ pub struct Stats {
     errors: BTreeMap<String, u64>,
     /// Largest delay between a request's scheduled and actual start (paced replays).
     pub max_lag_ms: f64,
+    /// Times back-pressure held a request back, and for how long in all.
+    pub backpressure_pauses: u64,
+    pub backpressure_paused_ms: f64,
 }
 
 impl Stats {
@@ -98,6 +101,8 @@ impl Stats {
             bytes_failed_blocks: self.bytes_failed_blocks,
             failed_requests: self.failed_requests,
             max_lag_ms: self.max_lag_ms,
+            backpressure_pauses: self.backpressure_pauses,
+            backpressure_paused_ms: self.backpressure_paused_ms,
             latency_ms,
             errors: self.errors.clone(),
         }
@@ -149,6 +154,8 @@ pub struct Report {
     pub bytes_failed_blocks: u64,
     pub failed_requests: u64,
     pub max_lag_ms: f64,
+    pub backpressure_pauses: u64,
+    pub backpressure_paused_ms: f64,
     pub latency_ms: BTreeMap<String, Latency>,
     /// Failed calls by `rpc/kind`.
     pub errors: BTreeMap<String, u64>,
@@ -189,6 +196,14 @@ impl std::fmt::Display for Report {
             self.failed_requests,
             self.max_lag_ms
         )?;
+        if self.backpressure_pauses > 0 {
+            writeln!(
+                f,
+                "back-pressure: {} pauses, {:.1} s in all",
+                self.backpressure_pauses,
+                self.backpressure_paused_ms / 1000.0
+            )?;
+        }
         writeln!(f, "{:<18} {:>8} {:>9} {:>9} {:>9} {:>9}", "rpc (ms)", "calls", "p50", "p90", "p99", "max")?;
         for (rpc, l) in &self.latency_ms {
             writeln!(f, "{rpc:<18} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3}", l.calls, l.p50, l.p90, l.p99, l.max)?;
