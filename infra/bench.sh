@@ -15,7 +15,7 @@
 # kvcm-worker of the run use BENCH_VALKEY_PORT+50..+62), BENCH_RUNS (3 throughput runs),
 # BENCH_LATENCY_RUNS (5), BENCH_SECONDS (5, per throughput phase), BENCH_PROMPTS (8192 prompts of
 # 128 blocks = 1M blocks for throughput, as in docs/benchmarks.md), BENCH_BLOCKS (262144, memory),
-# BENCH_TRACE (../shared/traces/mooncake_synthetic_trace.jsonl), BENCH_SPEEDUP (10),
+# BENCH_TRACE (tests/data/traces/mooncake_synthetic_trace.jsonl), BENCH_SPEEDUP (10),
 # BENCH_SKIP_BUILD=1.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 port="${BENCH_VALKEY_PORT:-7661}"
@@ -24,7 +24,7 @@ lat_runs="${BENCH_LATENCY_RUNS:-5}"
 secs="${BENCH_SECONDS:-5}"
 prompts="${BENCH_PROMPTS:-8192}"
 blocks="${BENCH_BLOCKS:-262144}"
-trace="${BENCH_TRACE:-$KVCM_ROOT/../shared/traces/mooncake_synthetic_trace.jsonl}"
+trace="${BENCH_TRACE:-$KVCM_ROOT/tests/data/traces/mooncake_synthetic_trace.jsonl}"
 speedup="${BENCH_SPEEDUP:-10}"
 out="$KVCM_HOME/bench"
 bin="$KVCM_ROOT/target/release"
