@@ -232,32 +232,41 @@ pub struct LocationBuilder<'a> {
     storages: &'a dyn Fn(u16) -> Option<&'a StorageConfig>,
     instance: &'a InstanceInfo,
     filter: &'a [String],
-    templates: std::collections::HashMap<(u16, u8), Option<Template>>,
+    /// Per (storage id, spec group): a read meets one or two, so a short list searched
+    /// linearly beats hashing the key for every block.
+    templates: Vec<((u16, u8), Option<Template>)>,
 }
 
 struct Template {
     backend: Backend,
     storage_type: StorageType,
     specs: Vec<(String, String, i64)>, // name, URI prefix, size
-    /// The location's JSON up to its first spec: `{"type":…,"spec_size":n,"location_specs":[`.
-    json_head: Vec<u8>,
-    /// Per spec, its JSON up to the block-specific rest of its URI: `{"name":…,"uri":"<prefix>`.
-    json_specs: Vec<Vec<u8>>,
+    /// The pre-rendered JSON pieces, made on first use by [`LocationBuilder::write_json`].
+    json: Option<JsonPieces>,
 }
 
-impl Template {
-    fn new(backend: Backend, storage_type: StorageType, specs: Vec<(String, String, i64)>) -> Template {
+/// A template's location as JSON, cut into the pieces around the block-specific URI rests.
+struct JsonPieces {
+    /// The location's JSON up to its first spec: `{"type":…,"spec_size":n,"location_specs":[`.
+    head: Vec<u8>,
+    /// Per spec, its JSON up to the block-specific rest of its URI: `{"name":…,"uri":"<prefix>`.
+    specs: Vec<Vec<u8>>,
+}
+
+impl JsonPieces {
+    fn of(storage_type: StorageType, specs: &[(String, String, i64)]) -> JsonPieces {
         // The pieces are cut from what serde writes for the same values, so the rendered JSON
         // is byte for byte what serialising the `CacheLocation` gives. Cutting is sound because
         // JSON escapes character by character, and the block-specific rest of a URI (hex
         // digits, `_`, `?`, `&`, `=`, decimal numbers) never needs escaping.
         let head = CacheLocation { storage_type, spec_size: specs.len() as i32, location_specs: Vec::new() };
-        let json_head = json_cut(&head, b"]}");
-        let json_specs = specs
-            .iter()
-            .map(|(name, prefix, _)| json_cut(&LocationSpec { name: name.clone(), uri: prefix.clone() }, b"\"}"))
-            .collect();
-        Template { backend, storage_type, specs, json_head, json_specs }
+        JsonPieces {
+            head: json_cut(&head, b"]}"),
+            specs: specs
+                .iter()
+                .map(|(name, prefix, _)| json_cut(&LocationSpec { name: name.clone(), uri: prefix.clone() }, b"\"}"))
+                .collect(),
+        }
     }
 }
 
@@ -300,8 +309,9 @@ impl<'a> LocationBuilder<'a> {
     /// block. Returns `false`, writing nothing, when `build` would return `None`.
     pub fn write_json(&mut self, out: &mut Vec<u8>, key: i64, loc: &Location) -> bool {
         let Some(t) = self.template(loc) else { return false };
-        out.extend_from_slice(&t.json_head);
-        for (i, ((_, _, size), piece)) in t.specs.iter().zip(&t.json_specs).enumerate() {
+        let json = t.json.get_or_insert_with(|| JsonPieces::of(t.storage_type, &t.specs));
+        out.extend_from_slice(&json.head);
+        for (i, ((_, _, size), piece)) in t.specs.iter().zip(&json.specs).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -313,28 +323,34 @@ impl<'a> LocationBuilder<'a> {
         true
     }
 
-    fn template(&mut self, loc: &Location) -> Option<&Template> {
+    fn template(&mut self, loc: &Location) -> Option<&mut Template> {
         let (storages, instance, filter) = (self.storages, self.instance, self.filter);
-        self.templates
-            .entry((loc.storage, loc.group))
-            .or_insert_with(|| {
-                let cfg = storages(loc.storage)?;
-                let backend = Backend::of(cfg);
-                let mut specs = Vec::new();
-                for (name, size) in location_specs(instance, loc.group) {
-                    if !filter.is_empty() && !filter.iter().any(|f| f == name) {
-                        continue;
+        let key = (loc.storage, loc.group);
+        let at = match self.templates.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let make = || {
+                    let cfg = storages(loc.storage)?;
+                    let backend = Backend::of(cfg);
+                    let mut specs = Vec::new();
+                    for (name, size) in location_specs(instance, loc.group) {
+                        if !filter.is_empty() && !filter.iter().any(|f| f == name) {
+                            continue;
+                        }
+                        specs.push((
+                            name.to_string(),
+                            backend.uri_prefix(&cfg.global_unique_name, &instance.instance_id, name)?,
+                            size,
+                        ));
                     }
-                    specs.push((
-                        name.to_string(),
-                        backend.uri_prefix(&cfg.global_unique_name, &instance.instance_id, name)?,
-                        size,
-                    ));
-                }
-                let any_spec = !location_specs(instance, loc.group).is_empty();
-                any_spec.then(|| Template::new(backend, storage_type(cfg), specs))
-            })
-            .as_ref()
+                    let any_spec = !location_specs(instance, loc.group).is_empty();
+                    any_spec.then_some(Template { backend, storage_type: storage_type(cfg), specs, json: None })
+                };
+                self.templates.push((key, make()));
+                self.templates.len() - 1
+            }
+        };
+        self.templates[at].1.as_mut()
     }
 }
 
