@@ -19,7 +19,7 @@
 //! them with the checked-in files, so such an error never reaches a server.
 
 use crate::auth::Caller;
-use crate::reply::{Reply, WireJson};
+use crate::reply::{Fields, Reply, WireJson};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::State;
@@ -28,7 +28,6 @@ use axum::http::header::CONTENT_TYPE;
 use axum::routing::{MethodRouter, get, post};
 use bytes::Bytes;
 use kvcm_core::wire::Header;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use utoipa::ToSchema;
@@ -80,7 +79,7 @@ impl Plane {
 /// What a handler's signature says about its wire types: `Args` are its extractors.
 pub trait Signature<Args> {
     type Request: ToSchema;
-    type Response: ToSchema + Serialize + Default;
+    type Response: ToSchema + Fields + Default;
 }
 
 impl<F, Fut, Req, Resp> Signature<(State<AppState>, WireJson<Req>)> for F
@@ -88,7 +87,7 @@ where
     F: FnOnce(State<AppState>, WireJson<Req>) -> Fut,
     Fut: Future<Output = Reply<Resp>>,
     Req: ToSchema,
-    Resp: ToSchema + Serialize + Default,
+    Resp: ToSchema + Fields + Default,
 {
     type Request = Req;
     type Response = Resp;
@@ -99,7 +98,7 @@ where
     F: FnOnce(State<AppState>, Caller, WireJson<Req>) -> Fut,
     Fut: Future<Output = Reply<Resp>>,
     Req: ToSchema,
-    Resp: ToSchema + Serialize + Default,
+    Resp: ToSchema + Fields + Default,
 {
     type Request = Req;
     type Response = Resp;
@@ -110,7 +109,7 @@ where
     F: FnOnce(WireJson<Req>) -> Fut,
     Fut: Future<Output = Reply<Resp>>,
     Req: ToSchema,
-    Resp: ToSchema + Serialize + Default,
+    Resp: ToSchema + Fields + Default,
 {
     type Request = Req;
     type Response = Resp;
@@ -185,7 +184,7 @@ struct Description {
     schemas: BTreeMap<String, RefOr<Schema>>,
 }
 
-fn describe_rpc<Req: ToSchema, Resp: ToSchema + Serialize + Default>(d: &mut Description, rpc: &Rpc) {
+fn describe_rpc<Req: ToSchema, Resp: ToSchema + Fields + Default>(d: &mut Description, rpc: &Rpc) {
     let request = d.schema::<Req>();
     let reply = d.reply::<Resp>();
     d.paths.push((format!("/api/{}", rpc.name), PathItem::new(HttpMethod::Post, operation(rpc, request, reply))));
@@ -241,13 +240,13 @@ impl Description {
 
     /// Adds the reply of message `T` under `T`'s name: `header` plus `T`'s fields, all
     /// required except those serde omits from a default `T` (`skip_serializing_if`).
-    fn reply<T: ToSchema + Serialize + Default>(&mut self) -> Ref {
+    fn reply<T: ToSchema + Fields + Default>(&mut self) -> Ref {
         let header = self.schema::<Header>();
         let name = T::name().into_owned();
         let RefOr::T(Schema::Object(message)) = T::schema() else {
             panic!("reply message {name} must be a struct with named fields");
         };
-        let written = match serde_json::to_value(T::default()) {
+        let written = match crate::reply::fields_value(&T::default()) {
             Ok(serde_json::Value::Object(fields)) => fields,
             other => panic!("reply message {name} must serialise to a JSON object, not {other:?}"),
         };

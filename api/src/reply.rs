@@ -13,6 +13,9 @@ use kvcm_core::Error;
 use kvcm_core::wire::{Header, Status, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 /// A request body parsed as protocol JSON.
 #[derive(Debug)]
@@ -62,22 +65,112 @@ fn request_id() -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct WireCode(pub StatusCode);
 
-#[derive(Serialize)]
-struct Envelope<'a, T: Serialize> {
-    header: Header,
-    #[serde(flatten)]
-    body: &'a T,
+/// How a reply message writes its fields after the header: through serde for ordinary
+/// messages, as pre-rendered bytes for [`Rendered`] ones.
+pub trait Fields {
+    /// Appends `,"name":value` for each field the message writes (nothing if it has none).
+    fn write_fields(&self, out: &mut Vec<u8>) -> serde_json::Result<()>;
 }
 
-fn envelope<T: Serialize>(http: Http, code: StatusCode, message: String, body: &T) -> Response {
-    let header = Header { status: Status { code, message }, request_id: request_id() };
-    let json = match serde_json::to_vec(&Envelope { header, body }) {
-        Ok(j) => j,
-        Err(e) => {
-            tracing::error!(error = %e, "response serialisation failed");
-            return (Http::INTERNAL_SERVER_ERROR, "{}").into_response();
+impl<T: Serialize> Fields for T {
+    fn write_fields(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let start = out.len();
+        serde_json::to_writer(&mut *out, self)?;
+        // A message serialises as one JSON object, `{}` or `{"a":…,…}`: its fields are what
+        // lies between the braces (the same bytes `#[serde(flatten)]` would write).
+        debug_assert!(out.get(start) == Some(&b'{') && out.last() == Some(&b'}'));
+        if out.len() - start <= 2 {
+            out.truncate(start);
+        } else {
+            out[start] = b',';
+            out.pop();
         }
-    };
+        Ok(())
+    }
+}
+
+/// The fields of a message as a JSON object (for the OpenAPI description's checks).
+pub fn fields_value<T: Fields>(message: &T) -> serde_json::Result<serde_json::Value> {
+    let mut fields = Vec::new();
+    message.write_fields(&mut fields)?;
+    let mut object = b"{".to_vec();
+    object.extend_from_slice(fields.get(1..).unwrap_or_default());
+    object.push(b'}');
+    serde_json::from_slice(&object)
+}
+
+/// A reply message of type `T` whose fields were rendered to JSON already, by code that
+/// writes the bytes serde would write for `T` (the read path renders thousands of locations
+/// without building them). Described, and defaulted in error replies, as `T`.
+pub struct Rendered<T> {
+    fields: Vec<u8>,
+    message: PhantomData<fn() -> T>,
+}
+
+impl<T> Rendered<T> {
+    /// A buffer holding `,"name":`, for the caller to append the field's JSON value to and
+    /// hand to [`Rendered::new`].
+    pub fn field(name: &str) -> Vec<u8> {
+        let mut out = b",".to_vec();
+        // A string always serialises.
+        let _ = serde_json::to_writer(&mut out, name);
+        out.push(b':');
+        out
+    }
+
+    /// The message whose fields are `fields` (`,"name":value` for each, in `T`'s order).
+    pub fn new(fields: Vec<u8>) -> Self {
+        Rendered { fields, message: PhantomData }
+    }
+}
+
+impl<T> Fields for Rendered<T> {
+    fn write_fields(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(&self.fields);
+        Ok(())
+    }
+}
+
+impl<T: Fields + Default> Default for Rendered<T> {
+    fn default() -> Self {
+        let mut fields = Vec::new();
+        if let Err(e) = T::default().write_fields(&mut fields) {
+            tracing::error!(error = %e, "default reply serialisation failed");
+        }
+        Rendered::new(fields)
+    }
+}
+
+impl<T> std::fmt::Debug for Rendered<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendered").field("bytes", &self.fields.len()).finish()
+    }
+}
+
+impl<T: PartialSchema> PartialSchema for Rendered<T> {
+    fn schema() -> RefOr<Schema> {
+        T::schema()
+    }
+}
+
+impl<T: ToSchema> ToSchema for Rendered<T> {
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        T::schemas(schemas)
+    }
+}
+
+fn envelope<T: Fields>(http: Http, code: StatusCode, message: String, body: &T) -> Response {
+    let header = Header { status: Status { code, message }, request_id: request_id() };
+    let mut json = b"{\"header\":".to_vec();
+    let written = serde_json::to_writer(&mut json, &header).and_then(|()| body.write_fields(&mut json));
+    if let Err(e) = written {
+        tracing::error!(error = %e, "response serialisation failed");
+        return (Http::INTERNAL_SERVER_ERROR, "{}").into_response();
+    }
+    json.push(b'}');
     let mut resp = (http, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response();
     resp.extensions_mut().insert(WireCode(code));
     resp
@@ -99,7 +192,7 @@ impl<T> From<Result<T, Error>> for Reply<T> {
     }
 }
 
-impl<T: Serialize + Default> IntoResponse for Reply<T> {
+impl<T: Fields + Default> IntoResponse for Reply<T> {
     fn into_response(self) -> Response {
         match self.0 {
             Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), &body),

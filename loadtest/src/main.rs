@@ -518,7 +518,7 @@ async fn main() -> Result<()> {
             let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16, |_| {}).await?;
             let base = format!("http://{}", server);
             let dur = std::time::Duration::from_secs(seconds);
-            // Direct: the data plane's read, as a frontend calls it.
+            // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
             let direct = {
                 let snap = b.registry.snapshot();
                 let inst = b.registry.instance(&b.instance).await?;
@@ -527,10 +527,12 @@ async fn main() -> Result<()> {
                     let (b, prompts, snap, inst) = (b.clone(), prompts.clone(), snap.clone(), inst.clone());
                     tokio::spawn(async move {
                         let mut n = 0u64;
+                        let mut out = Vec::new();
                         while t.elapsed() < dur {
                             let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
+                            out.clear();
                             b.data
-                                .get_cache_location(
+                                .get_cache_location_json(
                                     &snap,
                                     &inst,
                                     QueryType::QT_PREFIX_MATCH,
@@ -538,6 +540,7 @@ async fn main() -> Result<()> {
                                     &BlockMask::Offset(0),
                                     0,
                                     &[],
+                                    &mut out,
                                 )
                                 .await?;
                             n += 1;

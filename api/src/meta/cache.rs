@@ -6,7 +6,7 @@
 
 use crate::auth::Caller;
 use crate::event_log::now_us;
-use crate::reply::{Reply, WireJson};
+use crate::reply::{Rendered, Reply, WireJson};
 use crate::state::AppState;
 use axum::extract::State;
 use kvcm_core::block_key::request_keys;
@@ -47,7 +47,7 @@ pub async fn get_cache_location(
     State(s): State<AppState>,
     caller: Caller,
     WireJson(req): WireJson<GetCacheLocationRequest>,
-) -> Reply<LocationsResponse> {
+) -> Reply<Rendered<LocationsResponse>> {
     Reply(
         async {
             let (snap, inst) = instance(&s, &caller, &req.instance_id).await?;
@@ -55,9 +55,22 @@ pub async fn get_cache_location(
             let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
             s.registry.limits().response(blocks.len(), specs_per_location(&s, &inst, &req.location_spec_names)?)?;
             let t = Instant::now();
-            let (locations, stats) = s
+            // The locations are rendered straight to JSON (the bytes serde would write for
+            // `LocationsResponse`): a long read would otherwise spend most of its time building
+            // and dropping one struct and three strings per block.
+            let mut locations = Rendered::<LocationsResponse>::field("locations");
+            let stats = s
                 .data
-                .get_cache_location(&snap, &inst, req.query_type, &blocks, &mask, req.sw_size, &req.location_spec_names)
+                .get_cache_location_json(
+                    &snap,
+                    &inst,
+                    req.query_type,
+                    &blocks,
+                    &mask,
+                    req.sw_size,
+                    &req.location_spec_names,
+                    &mut locations,
+                )
                 .await?;
             s.metrics.data_op("hmget_blocks", t.elapsed());
             s.metrics.lookup(&inst.instance_id, stats.requested, stats.hits, stats.matched);
@@ -66,7 +79,7 @@ pub async fn get_cache_location(
                     "query_type": req.query_type.name(), "keys": blocks, "block_mask": mask.to_wire(),
                     "sw_size": req.sw_size, "write_session_id": "", "success_blocks": null}));
             }
-            Ok(LocationsResponse { locations })
+            Ok(Rendered::new(locations))
         }
         .await,
     )

@@ -175,6 +175,31 @@ impl Backend {
         }
     }
 
+    /// [`Self::push_uri_rest`] on bytes, without `fmt`: the read path renders thousands of these
+    /// per request. The output is ASCII (hex digits, `_?&=`, decimal numbers).
+    pub fn push_uri_rest_bytes(&self, out: &mut Vec<u8>, size: i64, key: i64, loc: &Location) {
+        let mut num = itoa::Buffer::new();
+        match (self, loc.packed) {
+            (Backend::Mooncake, _) => {
+                push_hex(out, key as u64, 16);
+                out.extend_from_slice(b"&size=");
+            }
+            (_, Some(p)) => {
+                push_hex(out, p.file_first as u64, 16);
+                out.push(b'_');
+                push_hex(out, p.file_hash as u64, 8);
+                out.extend_from_slice(b"?blkid=");
+                out.extend_from_slice(num.format(p.blkid).as_bytes());
+                out.extend_from_slice(b"&size=");
+            }
+            (_, None) => {
+                push_hex(out, key as u64, 16);
+                out.extend_from_slice(b"?size=");
+            }
+        }
+        out.extend_from_slice(num.format(size).as_bytes());
+    }
+
     /// Appends the block-specific rest of a URI to its prefix.
     pub fn push_uri_rest(&self, uri: &mut String, size: i64, key: i64, loc: &Location) {
         use std::fmt::Write;
@@ -192,19 +217,66 @@ impl Backend {
     }
 }
 
+/// Appends the low `digits` hex digits of `v`, lower case, zero-padded (`{:0digits$x}` for
+/// values that fit).
+fn push_hex(out: &mut Vec<u8>, v: u64, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        out.push(HEX[((v >> (4 * i)) & 0xf) as usize]);
+    }
+}
+
 /// Builds many locations of one instance, computing each (storage, spec group)'s URI prefixes
 /// once: a read of thousands of blocks costs one allocation per URI.
 pub struct LocationBuilder<'a> {
     storages: &'a dyn Fn(u16) -> Option<&'a StorageConfig>,
     instance: &'a InstanceInfo,
     filter: &'a [String],
-    templates: std::collections::HashMap<(u16, u8), Option<Template>>,
+    /// Per (storage id, spec group): a read meets one or two, so a short list searched
+    /// linearly beats hashing the key for every block.
+    templates: Vec<((u16, u8), Option<Template>)>,
 }
 
 struct Template {
     backend: Backend,
     storage_type: StorageType,
     specs: Vec<(String, String, i64)>, // name, URI prefix, size
+    /// The pre-rendered JSON pieces, made on first use by [`LocationBuilder::write_json`].
+    json: Option<JsonPieces>,
+}
+
+/// A template's location as JSON, cut into the pieces around the block-specific URI rests.
+struct JsonPieces {
+    /// The location's JSON up to its first spec: `{"type":…,"spec_size":n,"location_specs":[`.
+    head: Vec<u8>,
+    /// Per spec, its JSON up to the block-specific rest of its URI: `{"name":…,"uri":"<prefix>`.
+    specs: Vec<Vec<u8>>,
+}
+
+impl JsonPieces {
+    fn of(storage_type: StorageType, specs: &[(String, String, i64)]) -> JsonPieces {
+        // The pieces are cut from what serde writes for the same values, so the rendered JSON
+        // is byte for byte what serialising the `CacheLocation` gives. Cutting is sound because
+        // JSON escapes character by character, and the block-specific rest of a URI (hex
+        // digits, `_`, `?`, `&`, `=`, decimal numbers) never needs escaping.
+        let head = CacheLocation { storage_type, spec_size: specs.len() as i32, location_specs: Vec::new() };
+        JsonPieces {
+            head: json_cut(&head, b"]}"),
+            specs: specs
+                .iter()
+                .map(|(name, prefix, _)| json_cut(&LocationSpec { name: name.clone(), uri: prefix.clone() }, b"\"}"))
+                .collect(),
+        }
+    }
+}
+
+/// What serde writes for `value`, without the `suffix` it ends with.
+fn json_cut<T: serde::Serialize>(value: &T, suffix: &[u8]) -> Vec<u8> {
+    // Plain structs with string keys: serialising cannot fail.
+    let mut v = serde_json::to_vec(value).unwrap_or_default();
+    debug_assert!(v.ends_with(suffix), "{} does not end with {:?}", String::from_utf8_lossy(&v), suffix);
+    v.truncate(v.len().saturating_sub(suffix.len()));
+    v
 }
 
 impl<'a> LocationBuilder<'a> {
@@ -218,28 +290,7 @@ impl<'a> LocationBuilder<'a> {
 
     /// The wire location of a block, or `None` when its storage is gone or cannot express it.
     pub fn build(&mut self, key: i64, loc: &Location) -> Option<CacheLocation> {
-        let (storages, instance, filter) = (self.storages, self.instance, self.filter);
-        let t = self
-            .templates
-            .entry((loc.storage, loc.group))
-            .or_insert_with(|| {
-                let cfg = storages(loc.storage)?;
-                let backend = Backend::of(cfg);
-                let mut specs = Vec::new();
-                for (name, size) in location_specs(instance, loc.group) {
-                    if !filter.is_empty() && !filter.iter().any(|f| f == name) {
-                        continue;
-                    }
-                    specs.push((
-                        name.to_string(),
-                        backend.uri_prefix(&cfg.global_unique_name, &instance.instance_id, name)?,
-                        size,
-                    ));
-                }
-                let any_spec = !location_specs(instance, loc.group).is_empty();
-                any_spec.then_some(Template { backend, storage_type: storage_type(cfg), specs })
-            })
-            .as_ref()?;
+        let t = self.template(loc)?;
         let location_specs = t
             .specs
             .iter()
@@ -251,6 +302,55 @@ impl<'a> LocationBuilder<'a> {
             })
             .collect::<Vec<_>>();
         Some(CacheLocation { storage_type: t.storage_type, spec_size: location_specs.len() as i32, location_specs })
+    }
+
+    /// Appends the JSON of [`Self::build`]'s location to `out` — the same bytes serde writes for
+    /// it — straight from pre-rendered pieces, without building the location: no allocation per
+    /// block. Returns `false`, writing nothing, when `build` would return `None`.
+    pub fn write_json(&mut self, out: &mut Vec<u8>, key: i64, loc: &Location) -> bool {
+        let Some(t) = self.template(loc) else { return false };
+        let json = t.json.get_or_insert_with(|| JsonPieces::of(t.storage_type, &t.specs));
+        out.extend_from_slice(&json.head);
+        for (i, ((_, _, size), piece)) in t.specs.iter().zip(&json.specs).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(piece);
+            t.backend.push_uri_rest_bytes(out, *size, key, loc);
+            out.extend_from_slice(b"\"}");
+        }
+        out.extend_from_slice(b"]}");
+        true
+    }
+
+    fn template(&mut self, loc: &Location) -> Option<&mut Template> {
+        let (storages, instance, filter) = (self.storages, self.instance, self.filter);
+        let key = (loc.storage, loc.group);
+        let at = match self.templates.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let make = || {
+                    let cfg = storages(loc.storage)?;
+                    let backend = Backend::of(cfg);
+                    let mut specs = Vec::new();
+                    for (name, size) in location_specs(instance, loc.group) {
+                        if !filter.is_empty() && !filter.iter().any(|f| f == name) {
+                            continue;
+                        }
+                        specs.push((
+                            name.to_string(),
+                            backend.uri_prefix(&cfg.global_unique_name, &instance.instance_id, name)?,
+                            size,
+                        ));
+                    }
+                    let any_spec = !location_specs(instance, loc.group).is_empty();
+                    any_spec.then_some(Template { backend, storage_type: storage_type(cfg), specs, json: None })
+                };
+                self.templates.push((key, make()));
+                self.templates.len() - 1
+            }
+        };
+        self.templates[at].1.as_mut()
     }
 }
 
@@ -518,6 +618,67 @@ mod tests {
         fn ordinary_ids_are_unchanged(id in "[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,199}") {
             prop_assert!(matches!(path_segment(&id), Cow::Borrowed(s) if s == id));
             check_segment(&id)?;
+        }
+    }
+
+    fn any_storage() -> impl Strategy<Value = StorageConfig> {
+        let name = "[a-z0-9_\"\\\\é/]{1,8}";
+        (0..4u8, name, "/[a-z\"\\\\ü/]{0,6}/", 1..9i32).prop_map(|(kind, name, root, per)| {
+            let mut cfg = StorageConfig { global_unique_name: name, ..Default::default() };
+            match kind {
+                0 => cfg.nfs = Some(NfsStorageSpec { root_path: root, key_count_per_file: per }),
+                1 => {
+                    cfg.threefs =
+                        Some(ThreeFsStorageSpec { mountpoint: root, root_dir: "kv/".into(), ..Default::default() })
+                }
+                2 => cfg.mooncake = Some(MooncakeStorageSpec::default()),
+                _ => {}
+            }
+            cfg
+        })
+    }
+
+    proptest! {
+        /// The read path writes locations straight to JSON; connectors compare them field by
+        /// field with what serde writes for the built location.
+        #[test]
+        fn rendered_json_is_byte_for_byte_what_serde_writes_for_the_built_location(
+            cfg in any_storage(),
+            id in "[a-z\"\\\\/.~ü\u{1}]{1,10}",
+            specs in proptest::collection::vec(("[a-z0-9\"\\\\.\u{7f}]{1,5}", -2i64..1 << 40), 0..4),
+            filter in proptest::collection::vec("[a-z0-9]{1,2}", 0..2),
+            key in any::<i64>(),
+            group in 0u8..3,
+            packed in proptest::option::of((any::<u16>(), any::<i64>(), any::<u32>())),
+        ) {
+            let info = InstanceInfo {
+                instance_id: id,
+                location_spec_infos: specs.iter().map(|(n, s)| LocationSpecInfo { name: n.clone(), size: *s }).collect(),
+                location_spec_groups: vec![LocationSpecGroup {
+                    name: "g".into(),
+                    spec_names: specs.iter().take(1).map(|(n, _)| n.clone()).collect(),
+                }],
+                ..Default::default()
+            };
+            let packed = packed.map(|(blkid, file_first, file_hash)| Packed { blkid, file_first, file_hash });
+            let l = loc(packed, group);
+            let storages = |_: u16| Some(&cfg);
+            let built = LocationBuilder::new(&storages, &info, &filter).build(key, &l);
+            let mut builder = LocationBuilder::new(&storages, &info, &filter);
+            let mut out = b"x".to_vec();
+            let written = builder.write_json(&mut out, key, &l);
+            match built {
+                Some(b) => {
+                    prop_assert!(written);
+                    let expected = serde_json::to_vec(&b).unwrap();
+                    prop_assert_eq!(String::from_utf8_lossy(&out[1..]), String::from_utf8_lossy(&expected));
+                }
+                None => prop_assert!(!written && out == b"x"),
+            }
+            // A second block through the same (now cached) template.
+            let mut again = Vec::new();
+            prop_assert_eq!(builder.write_json(&mut again, key, &l), written);
+            prop_assert_eq!(&again[..], &out[1..]);
         }
     }
 

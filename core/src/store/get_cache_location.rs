@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 use crate::keys::block_field;
 use crate::mask::BlockMask;
 use crate::registry::Snapshot;
+use crate::store::record::Location;
+use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo};
 
 crate::wire_enum! {
@@ -75,7 +77,107 @@ pub enum Selection {
     Window(usize, usize),
 }
 
+/// Where the selected locations go: built as wire structs, or rendered straight to JSON.
+trait Sink {
+    /// Adds the location of `key`; `false` when its storage cannot express it.
+    fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool;
+    fn placeholder(&mut self);
+    fn len(&self) -> usize;
+}
+
+struct Built<'a> {
+    out: Vec<CacheLocation>,
+    inst: &'a InstanceInfo,
+    filter: &'a [String],
+}
+
+impl Sink for Built<'_> {
+    fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool {
+        builder.build(key, loc).map(|l| self.out.push(l)).is_some()
+    }
+    fn placeholder(&mut self) {
+        self.out.push(backend::placeholder(self.inst, self.filter));
+    }
+    fn len(&self) -> usize {
+        self.out.len()
+    }
+}
+
+/// Renders a JSON array of locations into `out`, byte for byte what serde writes for the
+/// `Vec<CacheLocation>` that [`Built`] would collect.
+struct Rendered<'a> {
+    out: &'a mut Vec<u8>,
+    count: usize,
+    placeholder: Option<Vec<u8>>,
+    inst: &'a InstanceInfo,
+    filter: &'a [String],
+    /// Expected number of locations, to size `out` once the first one is rendered.
+    expected: usize,
+}
+
+impl Rendered<'_> {
+    fn separator(&mut self) {
+        if self.count > 0 {
+            self.out.push(b',');
+        }
+    }
+    fn added(&mut self, start: usize) {
+        if self.count == 0 {
+            self.out.reserve((self.out.len() - start + 1) * self.expected.saturating_sub(1) + 1);
+        }
+        self.count += 1;
+    }
+}
+
+impl Sink for Rendered<'_> {
+    fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool {
+        let start = self.out.len();
+        self.separator();
+        if !builder.write_json(self.out, key, loc) {
+            self.out.truncate(start);
+            return false;
+        }
+        self.added(start);
+        true
+    }
+    fn placeholder(&mut self) {
+        let start = self.out.len();
+        self.separator();
+        let (inst, filter) = (self.inst, self.filter);
+        let p = self
+            .placeholder
+            .get_or_insert_with(|| serde_json::to_vec(&backend::placeholder(inst, filter)).unwrap_or_default());
+        self.out.extend_from_slice(p);
+        self.added(start);
+    }
+    fn len(&self) -> usize {
+        self.count
+    }
+}
+
+/// The storage configs of a read's records, looked up once per storage id rather than per block
+/// (a read touches one or two storages).
+struct Storages<'a> {
+    snap: &'a Snapshot,
+    seen: Vec<(u16, Option<&'a StorageConfig>)>,
+}
+
+impl<'a> Storages<'a> {
+    fn get(&mut self, id: u16) -> Option<&'a StorageConfig> {
+        if let Some((_, cfg)) = self.seen.iter().find(|(i, _)| *i == id) {
+            return *cfg;
+        }
+        let cfg = storage_of(self.snap, id);
+        self.seen.push((id, cfg));
+        cfg
+    }
+    fn usable(&mut self, id: u16) -> bool {
+        self.get(id).is_some_and(|s| s.is_available && s.is_healthy)
+    }
+}
+
 impl DataPlane {
+    /// The locations a query selects, as wire structs.
     #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
     pub async fn get_cache_location(
         &self,
@@ -87,6 +189,45 @@ impl DataPlane {
         sw_size: i32,
         spec_filter: &[String],
     ) -> Result<(Vec<CacheLocation>, MatchStats)> {
+        let mut sink = Built { out: Vec::new(), inst, filter: spec_filter };
+        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink).await?;
+        Ok((sink.out, stats))
+    }
+
+    /// The same read as [`Self::get_cache_location`], with the locations appended to `out` as
+    /// the JSON array serde would write for them, rendered from the records and per-storage URI
+    /// templates without building the structs (what the HTTP frontend answers with).
+    #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
+    pub async fn get_cache_location_json(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        query: QueryType,
+        blocks: &[i64],
+        mask: &BlockMask,
+        sw_size: i32,
+        spec_filter: &[String],
+        out: &mut Vec<u8>,
+    ) -> Result<MatchStats> {
+        out.push(b'[');
+        let mut sink = Rendered { out, count: 0, placeholder: None, inst, filter: spec_filter, expected: blocks.len() };
+        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink).await?;
+        out.push(b']');
+        Ok(stats)
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
+    async fn lookup(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        query: QueryType,
+        blocks: &[i64],
+        mask: &BlockMask,
+        sw_size: i32,
+        spec_filter: &[String],
+        sink: &mut impl Sink,
+    ) -> Result<MatchStats> {
         if query == QueryType::QT_UNSPECIFIED {
             select(query, &[], mask, sw_size)?;
         }
@@ -95,15 +236,17 @@ impl DataPlane {
         }
         let keys = self.keys(&inst.instance_id);
         let records = self.records(&keys, blocks).await?;
-        let usable = |id: u16| storage_of(snap, id).is_some_and(|s| s.is_available && s.is_healthy);
+        let mut storages = Storages { snap, seen: Vec::with_capacity(2) };
         let mut hits = Vec::with_capacity(records.len());
         let mut views = Vec::with_capacity(records.len());
         for r in &records {
-            let view = r.as_deref().and_then(serving_view).filter(|(l, _)| storage_of(snap, l.storage).is_some());
+            let view = r.as_deref().and_then(serving_view).filter(|(l, _)| storages.get(l.storage).is_some());
             // Prefer an available storage when a block has several serving locations.
             let view = match (view, r.as_deref()) {
-                (Some((l, c)), Some(bytes)) if !usable(l.storage) => super::record::BlockRecord::decode(bytes)
-                    .and_then(|rec| rec.serving(usable).copied())
+                (Some((l, c)), Some(bytes)) if !storages.usable(l.storage) => super::record::BlockRecord::decode(bytes)
+                    .and_then(|rec| {
+                        rec.serving(|id| storage_of(snap, id).is_some_and(|s| s.is_available && s.is_healthy)).copied()
+                    })
                     .map(|l| (l, c))
                     .or(Some((l, c))),
                 (v, _) => v,
@@ -111,45 +254,47 @@ impl DataPlane {
             hits.push(view.is_some());
             views.push(view);
         }
+        drop(records);
         let selection = select(query, &hits, mask, sw_size)?;
-        let storages = |id: u16| storage_of(snap, id);
-        let mut builder = backend::LocationBuilder::new(&storages, inst, spec_filter);
-        let mut real = |i: usize| -> Option<CacheLocation> {
-            let (loc, _) = views[i]?;
-            builder.build(blocks[i], &loc)
+        let lookup = |id: u16| storage_of(snap, id);
+        let mut builder = backend::LocationBuilder::new(&lookup, inst, spec_filter);
+        let mut real = |sink: &mut dyn Sink, i: usize| match views[i] {
+            Some((loc, _)) => sink.real(&mut builder, blocks[i], &loc),
+            None => false,
         };
-        let placeholder = || backend::placeholder(inst, spec_filter);
-        let (locations, deepest): (Vec<CacheLocation>, Option<usize>) = match &selection {
+        let deepest: Option<usize> = match &selection {
             Selection::Prefix(idx) => {
-                let mut out = Vec::with_capacity(idx.len());
                 let mut deepest = None;
                 for &i in idx {
-                    match real(i) {
-                        Some(l) => {
-                            out.push(l);
-                            deepest = Some(i);
-                        }
-                        None => break,
+                    if !real(sink, i) {
+                        break;
                     }
+                    deepest = Some(i);
                 }
-                (out, deepest)
+                deepest
             }
             Selection::Each => {
-                let out = (0..blocks.len()).map(|i| real(i).unwrap_or_else(placeholder)).collect();
-                (out, (0..blocks.len()).rev().find(|&i| hits[i]))
+                for i in 0..blocks.len() {
+                    if !real(sink, i) {
+                        sink.placeholder();
+                    }
+                }
+                (0..blocks.len()).rev().find(|&i| hits[i])
             }
             Selection::Window(s, e) => {
-                let out = (0..blocks.len())
-                    .map(|i| if i >= *s && i < *e { real(i).unwrap_or_else(placeholder) } else { placeholder() })
-                    .collect();
-                (out, if e > s { Some(e - 1) } else { None })
+                for i in 0..blocks.len() {
+                    if !(i >= *s && i < *e && real(sink, i)) {
+                        sink.placeholder();
+                    }
+                }
+                if e > s { Some(e - 1) } else { None }
             }
         };
         let stats = MatchStats {
             requested: blocks.len(),
             hits: hits.iter().filter(|h| **h).count(),
             matched: match &selection {
-                Selection::Prefix(_) => locations.len(),
+                Selection::Prefix(_) => sink.len(),
                 Selection::Window(s, e) => e - s,
                 Selection::Each => hits.iter().filter(|h| **h).count(),
             },
@@ -158,7 +303,7 @@ impl DataPlane {
             let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
             self.touch(&inst.instance_id, blocks[i], leaf);
         }
-        Ok((locations, stats))
+        Ok(stats)
     }
 
     /// Recency/frequency bookkeeping for one block, off the request's critical path: a leaf's

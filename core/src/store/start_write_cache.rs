@@ -177,13 +177,16 @@ impl DataPlane {
         let flags: Vec<bool> = present.iter().map(|c| *c == b'1').collect();
         let new_index = flags.iter().enumerate().filter(|(_, p)| !**p).map(|(i, _)| i);
         let mut locations = Vec::new();
+        // One builder for the session: URI prefixes are made once per storage, not per block.
+        let storages = |id: u16| Some(storage_of(snap, id).unwrap_or(cfg));
+        let mut builder = backend::LocationBuilder::new(&storages, inst, &[]);
         for (i, raw) in new_index.zip(it) {
             let bytes: Vec<u8> = redis::from_redis_value(raw)?;
             let (loc, _) =
                 decode_location(&bytes, 0).ok_or_else(|| Error::internal("start_write_cache: bad location"))?;
-            let cfg = storage_of(snap, loc.storage).unwrap_or(cfg);
             locations.push(
-                backend::cache_location(cfg, inst, blocks[i], &loc, &[])
+                builder
+                    .build(blocks[i], &loc)
                     .ok_or_else(|| Error::internal("start_write_cache: location without URIs"))?,
             );
         }
