@@ -492,6 +492,25 @@ impl Fixture {
         assert_ok(&(200, self.finish(&s, serde_json::json!({"offset": n})).await));
     }
 
+    /// Writes and finishes `keys` as one prompt, creating the files an engine would; returns
+    /// the file paths.
+    pub async fn write_files(&self, keys: &[i64]) -> Vec<PathBuf> {
+        let s = self.start(keys).await;
+        assert_eq!(code(&s), "OK", "{s}");
+        let mut paths = Vec::new();
+        for loc in s["locations"].as_array().unwrap() {
+            for spec in loc["location_specs"].as_array().unwrap() {
+                let p = file_path(spec["uri"].as_str().unwrap());
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, b"kv").unwrap();
+                paths.push(p);
+            }
+        }
+        let n = s["locations"].as_array().unwrap().len();
+        assert_ok(&(200, self.finish(&s, serde_json::json!({"offset": n})).await));
+        paths
+    }
+
     /// getCacheLocation with a query type and extra fields.
     pub async fn get(&self, query: &str, keys: &[i64], extra: Value) -> Value {
         let mut body = serde_json::json!({"instance_id": self.instance, "query_type": query, "block_keys": keys});

@@ -10,30 +10,12 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Writes `keys` as one prompt and creates the files an engine would; returns the file paths.
-async fn write_files(fx: &Fixture, keys: &[i64]) -> Vec<PathBuf> {
-    let s = fx.start(keys).await;
-    assert_eq!(code(&s), "OK", "{s}");
-    let mut paths = Vec::new();
-    for loc in s["locations"].as_array().unwrap() {
-        for spec in loc["location_specs"].as_array().unwrap() {
-            let p = file_path(spec["uri"].as_str().unwrap());
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(&p, b"kv").unwrap();
-            paths.push(p);
-        }
-    }
-    let n = s["locations"].as_array().unwrap().len();
-    assert_ok(&(200, fx.finish(&s, json!({"offset": n})).await));
-    paths
-}
-
 /// Both planes through a frontend on `env`: storage, group and instance created, blocks written
 /// and found again, the admin lists showing them. Returns the fixture and the written files.
 async fn smoke(env: &[(String, String)]) -> (Fixture, Vec<PathBuf>) {
     let api = Api::start_with(&unique("ns"), &pairs(env));
     let fx = Fixture::on(api, &[("tp0", 2)], 1, json!({})).await;
-    let paths = write_files(&fx, &[1, 2, 3]).await;
+    let paths = fx.write_files(&[1, 2, 3]).await;
     let found = fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
     assert_eq!(Fixture::real(&found), vec![true, true, true], "{found}");
     let (_, groups) = fx.api.admin("listInstanceGroup", json!({})).await;

@@ -4,26 +4,7 @@
 
 use kvcm_tests::*;
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// Writes `keys` as one prompt and creates the files the engine would; returns the file paths.
-async fn write_files(fx: &Fixture, keys: &[i64]) -> Vec<PathBuf> {
-    let s = fx.start(keys).await;
-    assert_eq!(code(&s), "OK", "{s}");
-    let mut paths = Vec::new();
-    for loc in s["locations"].as_array().unwrap() {
-        for spec in loc["location_specs"].as_array().unwrap() {
-            let p = file_path(spec["uri"].as_str().unwrap());
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(&p, b"kv").unwrap();
-            paths.push(p);
-        }
-    }
-    let n = s["locations"].as_array().unwrap().len();
-    assert_ok(&(200, fx.finish(&s, json!({"offset": n})).await));
-    paths
-}
 
 async fn int(cmd: &str, key: &str) -> i64 {
     let mut c = valkey().await;
@@ -48,7 +29,7 @@ where
 async fn removed_blocks_lose_their_files_and_their_metadata() {
     let fx = Fixture::new(&[("tp0", 2), ("tp1", 2)], 1, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);
-    let paths = write_files(&fx, &[1, 2, 3]).await;
+    let paths = fx.write_files(&[1, 2, 3]).await;
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2, 3]})).await);
     let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
@@ -84,8 +65,8 @@ async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
 async fn trimming_everything_deletes_every_file_through_the_trash() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);
-    let mut paths = write_files(&fx, &[1, 2, 3, 4]).await;
-    paths.extend(write_files(&fx, &[10, 11]).await);
+    let mut paths = fx.write_files(&[1, 2, 3, 4]).await;
+    paths.extend(fx.write_files(&[10, 11]).await);
     assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
     wait_until("every file is deleted", 10, || async { paths.iter().all(|p| !p.exists()) }).await;
@@ -96,7 +77,7 @@ async fn trimming_everything_deletes_every_file_through_the_trash() {
 async fn a_packed_file_is_unlinked_only_with_its_last_block() {
     let fx = Fixture::new(&[("tp0", 2)], 4, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);
-    let paths = write_files(&fx, &[1, 2, 3, 4]).await;
+    let paths = fx.write_files(&[1, 2, 3, 4]).await;
     let file = paths[0].clone();
     assert!(paths.iter().all(|p| *p == file), "one packed file");
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
@@ -127,8 +108,8 @@ async fn usage_bytes(fx: &Fixture) -> i64 {
 async fn reclamation_brings_usage_under_the_watermark_and_frees_the_evicted_files() {
     // 16 blocks of 10 bytes = 160 bytes; quota 200, watermark 50% = 100 bytes.
     let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_LRU")).await;
-    let old = write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
-    let new = write_files(&fx, &(101..=108).collect::<Vec<_>>()).await;
+    let old = fx.write_files(&(1..=8).collect::<Vec<_>>()).await;
+    let new = fx.write_files(&(101..=108).collect::<Vec<_>>()).await;
     fx.get("QT_PREFIX_MATCH", &(101..=108).collect::<Vec<_>>(), json!({})).await; // the newer prompt is hot
     let w = WorkerProc::start(&fx.api.namespace, &[]);
     wait_until("usage is under the watermark", 10, || async { usage_bytes(&fx).await <= 100 }).await;
@@ -151,8 +132,8 @@ async fn reclamation_brings_usage_under_the_watermark_and_frees_the_evicted_file
 #[tokio::test]
 async fn lfu_keeps_the_frequently_read_prompt() {
     let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_LFU")).await;
-    write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
-    write_files(&fx, &(101..=108).collect::<Vec<_>>()).await;
+    fx.write_files(&(1..=8).collect::<Vec<_>>()).await;
+    fx.write_files(&(101..=108).collect::<Vec<_>>()).await;
     for _ in 0..5 {
         fx.get("QT_PREFIX_MATCH", &(1..=8).collect::<Vec<_>>(), json!({})).await; // old but popular
     }
@@ -174,12 +155,12 @@ async fn lfu_keeps_the_frequently_read_prompt() {
 #[tokio::test]
 async fn ttl_drops_blocks_not_read_within_the_ttl_first() {
     let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(200, "POLICY_TTL")).await;
-    write_files(&fx, &(101..=108).collect::<Vec<_>>()).await; // stale: older than the 1 s TTL
+    fx.write_files(&(101..=108).collect::<Vec<_>>()).await; // stale: older than the 1 s TTL
     let stale_until = std::time::Instant::now() + Duration::from_millis(1200);
     while std::time::Instant::now() < stale_until {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    write_files(&fx, &(1..=8).collect::<Vec<_>>()).await;
+    fx.write_files(&(1..=8).collect::<Vec<_>>()).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__TTL_S", "1")]);
     wait_until("usage is under the watermark", 10, || async { usage_bytes(&fx).await <= 100 }).await;
     let kept = Fixture::real(&fx.get("QT_BATCH_GET", &(1..=8).chain(101..=108).collect::<Vec<_>>(), json!({})).await);
@@ -197,7 +178,7 @@ async fn a_killed_workers_deletions_are_finished_by_another() {
     let fx =
         Fixture::new(&[("tp0", 2)], 1, json!({"cache_config": {"reclaim_strategy": {"delay_before_delete_ms": 1500}}}))
             .await;
-    let paths = write_files(&fx, &[1, 2, 3]).await;
+    let paths = fx.write_files(&[1, 2, 3]).await;
     let a = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__ID", "worker-a")]);
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2, 3]})).await);
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
@@ -228,7 +209,7 @@ async fn a_killed_workers_deletions_are_finished_by_another() {
 #[tokio::test]
 async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
-    let paths = write_files(&fx, &[1]).await;
+    let paths = fx.write_files(&[1]).await;
     // Make the file undeletable: replace it with a non-empty directory.
     std::fs::remove_file(&paths[0]).unwrap();
     std::fs::create_dir_all(paths[0].join("x")).unwrap();
@@ -247,7 +228,7 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
 #[tokio::test]
 async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it() {
     let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
-    write_files(&fx, &[1, 2, 3]).await;
+    fx.write_files(&[1, 2, 3]).await;
     let conn = {
         let c = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap();
         c.get_async_connection().await.unwrap()
@@ -298,7 +279,7 @@ async fn two_workers_share_the_deletions() {
     let fx = Fixture::on(Api::start_with(&ns, &[]), &[("tp0", 2)], 1, json!({})).await;
     let mut paths = Vec::new();
     for p in 0..10i64 {
-        paths.extend(write_files(&fx, &(p * 100..p * 100 + 20).collect::<Vec<_>>()).await);
+        paths.extend(fx.write_files(&(p * 100..p * 100 + 20).collect::<Vec<_>>()).await);
     }
     let small = [("KVCM_WORKER__DELETE_BATCH", "2")];
     let (w1, w2) = (WorkerProc::start(&ns, &small), WorkerProc::start(&ns, &small));
@@ -420,7 +401,7 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
 #[tokio::test]
 async fn a_lowered_quota_takes_effect_without_restarting_the_worker() {
     let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(10_000, "POLICY_LRU")).await;
-    write_files(&fx, &(1..=10).collect::<Vec<_>>()).await;
+    fx.write_files(&(1..=10).collect::<Vec<_>>()).await;
     let w = WorkerProc::start(&fx.api.namespace, &[]);
     // Under the watermark: a few reclaim rounds pass without evicting anything.
     wait_until("the worker publishes the group's usage", 10, || async {
@@ -514,7 +495,7 @@ fn data_plane(ns: &str, conn: redis::cluster_async::ClusterConnection) -> kvcm_c
 #[tokio::test]
 async fn releasing_the_same_deletion_twice_does_not_free_a_shared_file_early() {
     let fx = Fixture::new(&[("tp0", 2)], 2, json!({})).await;
-    write_files(&fx, &[1, 2]).await; // one packed file holding both
+    fx.write_files(&[1, 2]).await; // one packed file holding both
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
     let ns = &fx.api.namespace;
     let del = instance_key(ns, &fx.instance, "del");
@@ -556,10 +537,10 @@ async fn a_block_written_again_before_its_old_copy_is_deleted_keeps_its_file() {
     let fx =
         Fixture::new(&[("tp0", 2)], 1, json!({"cache_config": {"reclaim_strategy": {"delay_before_delete_ms": 500}}}))
             .await;
-    let first = write_files(&fx, &[5]).await;
+    let first = fx.write_files(&[5]).await;
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [5]})).await);
     // The engine misses and writes the block again, to the same path, before the delete runs.
-    let again = write_files(&fx, &[5]).await;
+    let again = fx.write_files(&[5]).await;
     assert_eq!(first, again, "the path is a function of the key");
     let _w = WorkerProc::start(&fx.api.namespace, &[]);
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
@@ -612,7 +593,7 @@ async fn a_large_trim_is_expanded_to_the_end() {
 #[tokio::test]
 async fn blocks_left_by_a_write_racing_remove_instance_are_deleted() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
-    let paths = write_files(&fx, &[1, 2]).await;
+    let paths = fx.write_files(&[1, 2]).await;
     // Simulate the race: the instance is unregistered while blocks remain (as if a write landed
     // between removeInstance's trim and its unregistration).
     let mut c = valkey().await;
