@@ -29,7 +29,7 @@ done
 if [ ! -x "$MC/mooncake/mooncake_master" ]; then
   command -v python3 >/dev/null || die "python3 is required to fetch Mooncake"
   py="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-  [ "$py" = 3.11 ] || log "warning: the Mooncake 0.3.13 wheel is built for CPython 3.11, this is $py"
+  [ "$py" = 3.11 ] || die "the Mooncake 0.3.13 wheel is built for CPython 3.11 only, and python3 here is $py: make bench needs a python3 3.11"
   tmp="$MC.tmp"
   rm -rf "$tmp" && mkdir -p "$tmp"
   log "fetching $MOONCAKE_PIN into $MC"

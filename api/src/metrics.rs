@@ -90,7 +90,7 @@ impl Metrics {
         let data_ops = HistogramVec::new(
             HistogramOpts::new(
                 "kvcm_valkey_op_duration_seconds",
-                "Latency of data-plane Valkey operations, per script",
+                "Latency of data-plane operations (their Valkey calls and rendering their locations), per operation",
             )
             .buckets(vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25]),
             &["op"],
@@ -206,7 +206,8 @@ impl Metrics {
         self.password_checks.inc();
     }
 
-    /// Records the latency of one data-plane Valkey operation.
+    /// Records the latency of one data-plane operation: its Valkey calls and rendering its
+    /// locations (`hmget_blocks` is a getCacheLocation read, reply JSON included).
     pub fn data_op(&self, op: &str, elapsed: std::time::Duration) {
         self.data_ops.with_label_values(&[op]).observe(elapsed.as_secs_f64());
     }

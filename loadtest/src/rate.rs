@@ -48,7 +48,12 @@ pub async fn open_loop(
         handles.push(tokio::spawn(async move {
             let body = bodies[i % bodies.len()].clone();
             let ok = match client.post(&url).body(body).send().await {
-                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                // kvcm answers domain errors with HTTP 200 and a non-OK code in the header,
+                // which every reply starts with.
+                Ok(r) if r.status().is_success() => {
+                    r.bytes().await.is_ok_and(|b| b.get(..64).unwrap_or(&b).windows(11).any(|w| w == br#""code":"OK""#))
+                }
+                Ok(_) => false,
                 Err(_) => false,
             };
             drop(permit);

@@ -115,6 +115,9 @@ struct Rendered<'a> {
     expected: usize,
 }
 
+/// Most bytes a read reserves for its reply before it has rendered them.
+const RESERVE_CAP: usize = 8 << 20;
+
 impl Rendered<'_> {
     fn separator(&mut self) {
         if self.count > 0 {
@@ -123,7 +126,11 @@ impl Rendered<'_> {
     }
     fn added(&mut self, start: usize) {
         if self.count == 0 {
-            self.out.reserve((self.out.len() - start + 1) * self.expected.saturating_sub(1) + 1);
+            // Sized by the first location for every requested block, but never more than
+            // RESERVE_CAP up front: a prefix read of many keys may match only a few, and the
+            // buffer grows as usual past the cap.
+            let want = (self.out.len() - start + 1).saturating_mul(self.expected.saturating_sub(1)) + 1;
+            self.out.reserve(want.min(RESERVE_CAP));
         }
         self.count += 1;
     }

@@ -78,7 +78,8 @@ impl Backpressure {
             }
             waited = true;
             let left = self.timeout.saturating_sub(started.elapsed());
-            if left.is_zero() || tokio::time::timeout(left, self.latest.changed()).await.is_err() {
+            // A timeout, or a poller that has ended (it will never send again): stalled.
+            if left.is_zero() || !matches!(tokio::time::timeout(left, self.latest.changed()).await, Ok(Ok(()))) {
                 let usage = self.latest.borrow().map_or("unknown".to_string(), |u| format!("{u:.0}"));
                 return Err(Stalled::OverLimit { usage, limit: self.limit_bytes, waited: started.elapsed() });
             }

@@ -237,9 +237,16 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     let mut backpressure = match (&args.backpressure_metrics, capacity) {
         (Some(url), Some(cap)) if !args.dry_run => {
             anyhow::ensure!(args.backpressure_over >= 0.0, "--backpressure-over must be at least 0");
+            // The limit is in bytes as --setup sizes the instance (one spec of --block-bytes);
+            // an existing instance may have other specs, so its blocks' bytes are unknown here.
+            anyhow::ensure!(
+                args.setup,
+                "--backpressure-metrics needs --setup (the instance it creates defines bytes per block)"
+            );
             let limit = cap as f64 * args.block_bytes as f64 * (1.0 + args.backpressure_over);
             let timeout = Duration::from_secs(args.backpressure_timeout_s);
-            Some(Backpressure::start(url, &args.group, limit, Duration::from_millis(10), timeout))
+            // About the reclaimer's own pace: scraping faster only competes with it for CPU.
+            Some(Backpressure::start(url, &args.group, limit, Duration::from_millis(50), timeout))
         }
         (Some(_), None) => {
             anyhow::bail!("--backpressure-metrics needs a capacity (--capacity-blocks or --capacity-fraction)")
