@@ -123,6 +123,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_replay_over_the_limit_waits_until_a_reading_is_under_it_again() {
+        // A real HTTP server whose gauge starts over the limit (1,000 bytes) and drops under it.
+        let usage = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(5000));
+        let served = usage.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let body = format!(
+                    "kvcm_group_usage_bytes{{group=\"g\",storage_type=\"all\"}} {}\n",
+                    served.load(std::sync::atomic::Ordering::Relaxed)
+                );
+                let reply =
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        let mut bp = Backpressure::start(&url, "g", 1000.0, Duration::from_millis(10), Duration::from_secs(10));
+        let drop_later = usage.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop_later.store(900, std::sync::atomic::Ordering::Relaxed);
+        });
+        let waited = bp.wait().await.expect("resumes once under the limit");
+        assert_eq!(usage.load(std::sync::atomic::Ordering::Relaxed), 900, "it resumed while still over the limit");
+        assert!(waited > Duration::ZERO, "a wait over the limit is reported");
+        assert_eq!(bp.wait().await.expect("still under"), Duration::ZERO, "under the limit: no wait");
+    }
+
+    #[tokio::test]
     async fn waiting_without_any_reading_fails_after_the_timeout() {
         let mut bp = Backpressure::start(
             "http://127.0.0.1:9/metrics",
