@@ -238,6 +238,19 @@ impl Bench {
         anyhow::bail!("no node serves slot {slot}")
     }
 
+    /// Writes one chain of `n` random blocks, in sessions of 1024, and returns its keys.
+    async fn write_chain(&self, n: usize) -> Result<Vec<i64>> {
+        let snap = self.registry.snapshot();
+        let inst = self.registry.instance(&self.instance).await?;
+        let keys: Vec<i64> = (0..n).map(|_| fastrand::i64(..)).collect();
+        for chunk in keys.chunks(1024) {
+            let w = self.data.start_write_cache(&snap, &inst, chunk, &[], 0).await?;
+            let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
+            self.data.finish_write_cache(&self.instance, &w.session_id, Some(&mask)).await?;
+        }
+        Ok(keys)
+    }
+
     async fn cleanup(&self) -> Result<()> {
         let keys = self.data.keys(&self.instance);
         let mut c = self.conn.clone();
@@ -649,15 +662,7 @@ async fn main() -> Result<()> {
         Cmd::Latency { sizes, requests } => {
             let b = Bench::new(&args.valkey, 1).await?;
             let longest = *sizes.iter().max().unwrap_or(&0);
-            // One long chain, written in sessions of 1024 blocks.
-            let snap = b.registry.snapshot();
-            let inst = b.registry.instance(&b.instance).await?;
-            let keys: Vec<i64> = (0..longest).map(|_| fastrand::i64(..)).collect();
-            for chunk in keys.chunks(1024) {
-                let w = b.data.start_write_cache(&snap, &inst, chunk, &[], 0).await?;
-                let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
-                b.data.finish_write_cache(&b.instance, &w.session_id, Some(&mask)).await?;
-            }
+            let keys = b.write_chain(longest).await?;
             let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest, |_| {}).await?;
             let meta = format!("http://{addr}/api/getCacheLocation");
             let http = reqwest::Client::new();

@@ -95,14 +95,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub async fn run(valkey: &str, a: &PeerArgs) -> Result<Vec<serde_json::Value>> {
     let longest = *a.sizes.iter().max().context("--sizes is empty")?;
     let b = Bench::new(valkey, 1).await?;
-    let snap = b.registry.snapshot();
-    let inst = b.registry.instance(&b.instance).await?;
-    let keys: Vec<i64> = (0..longest).map(|_| fastrand::i64(..)).collect();
-    for chunk in keys.chunks(1024) {
-        let w = b.data.start_write_cache(&snap, &inst, chunk, &[], 0).await?;
-        let mask = kvcm_core::wire::WireBlockMask { offset: Some(w.locations.len() as i32), bool_masks: None };
-        b.data.finish_write_cache(&b.instance, &w.session_id, Some(&mask)).await?;
-    }
+    let keys = b.write_chain(longest).await?;
     let (addr, stop_tx, serving) = serve(valkey, &b.ns, longest, |_| {}).await?;
     let url = format!("http://{addr}/api/getCacheLocation");
     // One kept-alive connection, as an engine's connector holds one.
