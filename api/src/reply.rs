@@ -70,6 +70,12 @@ pub struct WireCode(pub StatusCode);
 pub trait Fields {
     /// Appends `,"name":value` for each field the message writes (nothing if it has none).
     fn write_fields(&self, out: &mut Vec<u8>) -> serde_json::Result<()>;
+
+    /// Fields that are already bytes, handed over to be sent as they are rather than copied
+    /// into the reply (`None`: write them with [`Fields::write_fields`]).
+    fn take_rendered(&mut self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 impl<T: Serialize> Fields for T {
@@ -129,6 +135,50 @@ impl<T> Fields for Rendered<T> {
         out.extend_from_slice(&self.fields);
         Ok(())
     }
+
+    fn take_rendered(&mut self) -> Option<Vec<u8>> {
+        Some(std::mem::take(&mut self.fields))
+    }
+}
+
+/// A reply body sent as a few pieces, each as it is: the envelope's head, pre-rendered fields
+/// (megabytes for a long read, never copied again) and the closing brace. Its exact length is
+/// known, so the reply keeps its Content-Length.
+struct Pieces {
+    parts: std::collections::VecDeque<Bytes>,
+    left: u64,
+}
+
+impl Pieces {
+    fn new(parts: impl IntoIterator<Item = Bytes>) -> Self {
+        let parts: std::collections::VecDeque<Bytes> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let left = parts.iter().map(|p| p.len() as u64).sum();
+        Pieces { parts, left }
+    }
+}
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let next = self.parts.pop_front();
+        if let Some(part) = &next {
+            self.left -= part.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|part| Ok(hyper::body::Frame::data(part))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
 }
 
 impl<T: Fields + Default> Default for Rendered<T> {
@@ -162,23 +212,36 @@ impl<T: ToSchema> ToSchema for Rendered<T> {
     }
 }
 
-fn envelope<T: Fields>(http: Http, code: StatusCode, message: String, body: &T) -> Response {
+fn envelope<T: Fields>(http: Http, code: StatusCode, message: String, mut body: T) -> Response {
     let header = Header { status: Status { code, message }, request_id: request_id() };
     let mut json = b"{\"header\":".to_vec();
-    let written = serde_json::to_writer(&mut json, &header).and_then(|()| body.write_fields(&mut json));
+    let rendered = body.take_rendered();
+    let written = serde_json::to_writer(&mut json, &header).and_then(|()| match rendered {
+        Some(_) => Ok(()),
+        None => body.write_fields(&mut json),
+    });
     if let Err(e) = written {
         tracing::error!(error = %e, "response serialisation failed");
         return (Http::INTERNAL_SERVER_ERROR, "{}").into_response();
     }
-    json.push(b'}');
-    let mut resp = (http, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response();
+    let content_type = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    let mut resp = match rendered {
+        Some(fields) => {
+            let body = Pieces::new([Bytes::from(json), Bytes::from(fields), Bytes::from_static(b"}")]);
+            (http, content_type, axum::body::Body::new(body)).into_response()
+        }
+        None => {
+            json.push(b'}');
+            (http, content_type, json).into_response()
+        }
+    };
     resp.extensions_mut().insert(WireCode(code));
     resp
 }
 
 /// An error reply that carries only a header (for rejections before a handler runs).
 pub fn error_response(http: Http, code: StatusCode, message: String) -> Response {
-    envelope(http, code, message, &serde_json::Map::new())
+    envelope(http, code, message, serde_json::Map::new())
 }
 
 /// The outcome of an RPC: its response fields, or an error that becomes a non-OK header over
@@ -195,7 +258,7 @@ impl<T> From<Result<T, Error>> for Reply<T> {
 impl<T: Fields + Default> IntoResponse for Reply<T> {
     fn into_response(self) -> Response {
         match self.0 {
-            Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), &body),
+            Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), body),
             Err(e) => {
                 if e.is_internal() {
                     tracing::error!(error = %e, "request failed");
@@ -203,7 +266,7 @@ impl<T: Fields + Default> IntoResponse for Reply<T> {
                 // Domain errors are HTTP 200 (Tair's convention); a credential acting beyond
                 // its scopes is an authorisation failure, HTTP 403 like the guards' refusals.
                 let http = if matches!(e, Error::Forbidden(_)) { Http::FORBIDDEN } else { Http::OK };
-                envelope(http, e.code(), e.public_message(), &T::default())
+                envelope(http, e.code(), e.public_message(), T::default())
             }
         }
     }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod auth;
+mod breakdown;
 mod peer;
 mod rate;
 
@@ -122,6 +123,19 @@ enum Cmd {
         seconds: u64,
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+    },
+    /// Where a serial prefix read's time goes: a raw HMGET on the node, the same through the
+    /// cluster client, the data plane's read, and the read through HTTP, alternating rounds.
+    Breakdown {
+        #[arg(long, value_delimiter = ',', default_value = "128,1024,20000")]
+        sizes: Vec<usize>,
+        /// Only these layers (hmget-node, hmget-cluster, data-plane, http); all by default.
+        #[arg(long, value_delimiter = ',')]
+        layers: Vec<String>,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
     },
     /// Serial prefix-match latency through a real HTTP frontend (p50 / p99).
     Latency {
@@ -658,6 +672,9 @@ async fn main() -> Result<()> {
             let _ = stop_tx.send(());
             serving.await??;
             b.cleanup().await?;
+        }
+        Cmd::Breakdown { sizes, layers, rounds, requests } => {
+            breakdown::run(&args.valkey, &sizes, &layers, rounds, requests, &args.record).await?
         }
         Cmd::Latency { sizes, requests } => {
             let b = Bench::new(&args.valkey, 1).await?;

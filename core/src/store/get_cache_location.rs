@@ -244,12 +244,12 @@ impl DataPlane {
         let keys = self.keys(&inst.instance_id);
         let records = self.records(&keys, blocks).await?;
         let mut storages = Storages { snap, seen: Vec::with_capacity(2) };
-        let mut hits = Vec::with_capacity(records.len());
-        let mut views = Vec::with_capacity(records.len());
-        for r in &records {
-            let view = r.as_deref().and_then(serving_view).filter(|(l, _)| storages.get(l.storage).is_some());
+        let mut hits = Vec::with_capacity(blocks.len());
+        let mut views = Vec::with_capacity(blocks.len());
+        for r in records.iter() {
+            let view = r.and_then(serving_view).filter(|(l, _)| storages.get(l.storage).is_some());
             // Prefer an available storage when a block has several serving locations.
-            let view = match (view, r.as_deref()) {
+            let view = match (view, r) {
                 (Some((l, c)), Some(bytes)) if !storages.usable(l.storage) => super::record::BlockRecord::decode(bytes)
                     .and_then(|rec| {
                         rec.serving(|id| storage_of(snap, id).is_some_and(|s| s.is_available && s.is_healthy)).copied()

@@ -25,8 +25,8 @@ impl DataPlane {
         let records = self.records(&self.keys(&inst.instance_id), &unmasked).await?;
         let mut locations = Vec::with_capacity(unmasked.len());
         let mut metas = Vec::with_capacity(unmasked.len());
-        for (key, raw) in unmasked.iter().zip(records) {
-            let rec = raw.as_deref().and_then(BlockRecord::decode);
+        for (key, raw) in unmasked.iter().zip(records.iter()) {
+            let rec = raw.and_then(BlockRecord::decode);
             let first = rec.as_ref().and_then(|r| r.locations.first().copied());
             let loc_json = |l: &super::record::Location| {
                 json!({

@@ -66,7 +66,7 @@ impl DataPlane {
     /// [`HMGET_CHUNK`] fields, pipelined on the one connection, so the client decodes early
     /// chunks while Valkey answers later ones (each HMGET is atomic; the read as a whole need
     /// not be, as with any prefix read racing writes).
-    async fn records(&self, keys: &InstanceKeys, blocks: &[i64]) -> Result<Vec<Option<Vec<u8>>>> {
+    async fn records(&self, keys: &InstanceKeys, blocks: &[i64]) -> Result<Records> {
         let hmget = |chunk: &[i64]| {
             let mut cmd = redis::cmd("HMGET");
             cmd.arg(&keys.blocks);
@@ -74,13 +74,24 @@ impl DataPlane {
                 cmd.arg(&block_field(*b)[..]);
             }
             let mut conn = self.conn();
-            async move { cmd.query_async::<Vec<Option<Vec<u8>>>>(&mut conn).await }
+            async move { cmd.query_async::<redis::Value>(&mut conn).await }
         };
-        if blocks.len() <= 2 * HMGET_CHUNK {
-            return Ok(hmget(blocks).await?);
+        let parts = if blocks.len() <= 2 * HMGET_CHUNK {
+            vec![hmget(blocks).await?]
+        } else {
+            futures::future::try_join_all(blocks.chunks(HMGET_CHUNK).map(hmget)).await?
+        };
+        let mut values = Vec::with_capacity(blocks.len());
+        for part in parts {
+            match part {
+                redis::Value::Array(v) => values.extend(v),
+                other => return Err(Error::internal(format!("HMGET answered {other:?}, not an array"))),
+            }
         }
-        let parts = futures::future::try_join_all(blocks.chunks(HMGET_CHUNK).map(hmget)).await?;
-        Ok(parts.into_iter().flatten().collect())
+        if values.len() != blocks.len() {
+            return Err(Error::internal(format!("HMGET answered {} values for {} fields", values.len(), blocks.len())));
+        }
+        Ok(Records(values))
     }
 
     /// Runs a data-plane script whose reply starts with a status code; returns the rest.
@@ -102,6 +113,20 @@ impl DataPlane {
         }
         let message: String = reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         crate::scripts::status_reply((code, message)).map(|_| Vec::new())
+    }
+}
+
+/// The records an HMGET answered, one per requested block, read in place in the reply (no copy
+/// per record).
+pub(crate) struct Records(Vec<redis::Value>);
+
+impl Records {
+    /// Each block's record, or `None` where the block has none.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<&[u8]>> {
+        self.0.iter().map(|v| match v {
+            redis::Value::BulkString(b) => Some(b.as_slice()),
+            _ => None,
+        })
     }
 }
 

@@ -139,7 +139,7 @@ impl DataPlane {
                     .enumerate()
                     .filter(|(i, r)| {
                         seen.insert(blocks[*i])
-                            && !r.as_deref().and_then(super::record::BlockRecord::decode).is_some_and(|rec| {
+                            && !r.and_then(super::record::BlockRecord::decode).is_some_and(|rec| {
                                 rec.locations.iter().any(|l| l.state != super::record::LocState::Deleting)
                             })
                     })
