@@ -72,26 +72,42 @@ local deadline = now + timeout
 local reply = {1, table.concat(present)}
 local sess = {struct.pack('<I4I4I4', seq, deadline, #new)}
 local writes = {}
+-- What every new location of a spec group shares (state, storage, group, session, time), built
+-- once per group: string building is most of a script's time, so nothing constant is rebuilt
+-- per block. An unpacked location is entirely constant; its session entry tail too.
+local stem, unpacked, entry_tail = {}, {}, {}
+local function group_parts(g)
+  if not stem[g] then
+    stem[g] = 'W' .. struct.pack('<I2', storage) .. string.char(g) .. struct.pack('<I4I4', seq, now)
+    unpacked[g] = stem[g] .. struct.pack('<I2', NOT_PACKED)
+    entry_tail[g] = struct.pack('<I4', sizes[g + 1]) .. unpacked[g] .. string.rep('\0', 26 - #unpacked[g])
+  end
+end
 local f = 0
 while f * per_file < #new do
   local first, last = f * per_file + 1, math.min((f + 1) * per_file, #new)
-  local members, file_first, file_hash = {}, nil, nil
+  local file_first, file_tail = nil, nil
   if per_file > 1 then
+    local members = {}
     for j = first, last do members[#members + 1] = ARGV[6 + new[j]] end
     file_first = members[1]
-    file_hash = tonumber(redis.sha1hex(table.concat(members) .. struct.pack('<I4', seq)):sub(1, 8), 16)
-    redis.call('HSET', KEYS[5], file_first .. struct.pack('<I4', file_hash), last - first + 1)
+    local file_hash = tonumber(redis.sha1hex(table.concat(members) .. struct.pack('<I4', seq)):sub(1, 8), 16)
+    file_tail = file_first .. struct.pack('<I4', file_hash)
+    redis.call('HSET', KEYS[5], file_tail, last - first + 1)
   end
   for j = first, last do
     local i = new[j]
     local k = ARGV[6 + i]
     local g = 0
     if groups ~= '' then g = groups:byte(i) end
-    local loc = 'W' .. struct.pack('<I2', storage) .. string.char(g) .. struct.pack('<I4I4', seq, now)
+    group_parts(g)
+    local loc, entry
     if per_file > 1 then
-      loc = loc .. struct.pack('<I2', j - first) .. file_first .. struct.pack('<I4', file_hash)
+      loc = stem[g] .. struct.pack('<I2', j - first) .. file_tail
+      entry = k .. struct.pack('<I4', sizes[g + 1]) .. loc
     else
-      loc = loc .. struct.pack('<I2', NOT_PACKED)
+      loc = unpacked[g]
+      entry = k .. entry_tail[g]
     end
     local rec = recs[i]
     if not rec then
@@ -102,7 +118,7 @@ while f * per_file < #new do
     writes[#writes + 1] = k
     writes[#writes + 1] = rec .. loc
     reply[#reply + 1] = loc
-    sess[#sess + 1] = k .. struct.pack('<I4', sizes[g + 1]) .. loc .. string.rep('\0', 26 - #loc)
+    sess[#sess + 1] = entry
   end
   f = f + 1
 end

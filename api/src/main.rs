@@ -3,6 +3,10 @@
 //! (`kvcm_api::lambda`).
 
 use anyhow::Context;
+
+// glibc malloc was a fifth of a loaded frontend's CPU (docs/benchmarks.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 use kvcm_core::config::Config;
 use std::path::PathBuf;

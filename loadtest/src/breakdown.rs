@@ -47,7 +47,7 @@ pub async fn run(
     let mut cluster = b.conn.clone();
     let snap = b.registry.snapshot();
     let inst = b.registry.instance(&b.instance).await?;
-    let blocks_key = b.data.keys(&b.instance).blocks;
+    let blocks_key = b.data.keys(&b.instance).blocks.clone();
 
     for &n in sizes {
         let hmget = {

@@ -24,11 +24,17 @@ pub struct OpenLoop {
     pub dropped: u64,
 }
 
+/// Whether a kvcm reply says OK: kvcm answers domain errors with HTTP 200 and a non-OK code in
+/// the header, which every reply starts with.
+pub fn reply_ok(body: &[u8]) -> bool {
+    body.get(..64).unwrap_or(body).windows(11).any(|w| w == br#""code":"OK""#)
+}
+
 /// POSTs `bodies` (round robin) to `url` at `rate` per second for `duration`.
 pub async fn open_loop(
     client: &reqwest::Client,
     url: &str,
-    bodies: Arc<Vec<String>>,
+    bodies: Arc<Vec<bytes::Bytes>>,
     rate: f64,
     duration: Duration,
 ) -> OpenLoop {
@@ -48,11 +54,7 @@ pub async fn open_loop(
         handles.push(tokio::spawn(async move {
             let body = bodies[i % bodies.len()].clone();
             let ok = match client.post(&url).body(body).send().await {
-                // kvcm answers domain errors with HTTP 200 and a non-OK code in the header,
-                // which every reply starts with.
-                Ok(r) if r.status().is_success() => {
-                    r.bytes().await.is_ok_and(|b| b.get(..64).unwrap_or(&b).windows(11).any(|w| w == br#""code":"OK""#))
-                }
+                Ok(r) if r.status().is_success() => r.bytes().await.is_ok_and(|b| reply_ok(&b)),
                 Ok(_) => false,
                 Err(_) => false,
             };

@@ -39,7 +39,7 @@ pub async fn sweep_orphans(w: &Worker) -> anyhow::Result<usize> {
             continue;
         }
         let mut conn = w.conn.clone();
-        let blocks: i64 = redis::cmd("HLEN").arg(w.data.keys(&instance).blocks).query_async(&mut conn).await?;
+        let blocks: i64 = redis::cmd("HLEN").arg(&w.data.keys(&instance).blocks).query_async(&mut conn).await?;
         if blocks == 0 {
             continue;
         }

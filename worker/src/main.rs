@@ -1,6 +1,10 @@
 //! `kvcm-worker`: load config, start logging, build, run until SIGINT/SIGTERM.
 
 use anyhow::Context;
+
+// glibc malloc was a fifth of a loaded frontend's CPU (docs/benchmarks.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 use kvcm_core::config::Config;
 use std::path::PathBuf;

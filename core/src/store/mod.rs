@@ -40,7 +40,13 @@ pub struct DataPlane {
     namespace: Arc<str>,
     pub limits: Limits,
     usage: Arc<usage::UsageCache>,
+    /// Key names per instance, built once rather than formatted again on every call.
+    keys: Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<InstanceKeys>>>>,
 }
+
+/// Instances whose key names [`DataPlane::keys`] keeps; past this the cache starts over (a
+/// frontend serves far fewer instances; names are cheap to build again).
+const KEYS_CACHED: usize = 4096;
 
 impl std::fmt::Debug for DataPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,11 +57,20 @@ impl std::fmt::Debug for DataPlane {
 impl DataPlane {
     pub fn new(conn: ClusterConnection, namespace: &str, limits: Limits) -> DataPlane {
         let usage = Arc::new(usage::UsageCache::new(limits.usage_cache_ms));
-        DataPlane { conn, namespace: namespace.into(), limits, usage }
+        DataPlane { conn, namespace: namespace.into(), limits, usage, keys: Default::default() }
     }
 
-    pub fn keys(&self, instance_id: &str) -> InstanceKeys {
-        InstanceKeys::new(&self.namespace, instance_id)
+    pub fn keys(&self, instance_id: &str) -> Arc<InstanceKeys> {
+        if let Some(k) = self.keys.read().unwrap_or_else(|e| e.into_inner()).get(instance_id) {
+            return k.clone();
+        }
+        let k = Arc::new(InstanceKeys::new(&self.namespace, instance_id));
+        let mut cache = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= KEYS_CACHED {
+            cache.clear();
+        }
+        cache.insert(instance_id.to_string(), k.clone());
+        k
     }
 
     fn conn(&self) -> ClusterConnection {

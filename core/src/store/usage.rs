@@ -55,7 +55,7 @@ impl DataPlane {
     /// One instance's usage per storage id: (bytes, blocks).
     pub async fn instance_usage(&self, instance_id: &str) -> Result<HashMap<u16, (i64, i64)>> {
         let fields: HashMap<String, i64> =
-            redis::cmd("HGETALL").arg(self.keys(instance_id).usage).query_async(&mut self.conn()).await?;
+            redis::cmd("HGETALL").arg(&self.keys(instance_id).usage).query_async(&mut self.conn()).await?;
         Ok(parse_usage(&fields))
     }
 
