@@ -10,7 +10,8 @@
 //! 3. `data-plane`: `DataPlane::get_cache_location_json`, what a frontend runs per request (the
 //!    HMGET, record decoding, rendering the locations to JSON, recency bookkeeping);
 //! 4. `http`: `getCacheLocation` through an in-process kvcm-api over one kept-alive loopback
-//!    connection (request parsing, auth, limits, metrics, the reply, the client's HTTP stack).
+//!    connection (request parsing, auth, limits, metrics, the reply, a lean HTTP/1.1 client:
+//!    `h1`).
 //!
 //! Rounds alternate the layers so machine noise hits all of them; the printed figures are
 //! medians over rounds of each layer's p50 and p99.
@@ -41,8 +42,7 @@ pub async fn run(
     let b = Bench::new(valkey, 1).await?;
     let keys = b.write_chain(longest).await?;
     let (addr, stop_tx, serving) = serve(valkey, &b.ns, longest, |_| {}).await?;
-    let url = format!("http://{addr}/api/getCacheLocation");
-    let http = reqwest::Client::builder().pool_max_idle_per_host(1).build()?;
+    let mut http = crate::h1::H1::connect(addr).await?;
     let mut node = b.node().await?;
     let mut cluster = b.conn.clone();
     let snap = b.registry.snapshot();
@@ -104,8 +104,7 @@ pub async fn run(
                             anyhow::ensure!(stats.matched == n, "data plane matched {} of {n}", stats.matched);
                         }
                         _ => {
-                            let resp = http.post(&url).body(body.clone()).send().await?.error_for_status()?;
-                            let bytes = resp.bytes().await?;
+                            let bytes = http.post("/api/getCacheLocation", body.clone()).await?;
                             anyhow::ensure!(bytes.len() > n * 16, "short reply ({} bytes)", bytes.len());
                         }
                     }

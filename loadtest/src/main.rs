@@ -698,15 +698,17 @@ async fn main() -> Result<()> {
             let longest = *sizes.iter().max().unwrap_or(&0);
             let keys = b.write_chain(longest).await?;
             let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest, |_| {}).await?;
-            let meta = format!("http://{addr}/api/getCacheLocation");
-            let http = reqwest::Client::new();
+            let mut http = h1::H1::connect(addr).await?;
             for &n in &sizes {
-                let body = serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]}).to_string();
+                let body = bytes::Bytes::from(
+                    serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]})
+                        .to_string(),
+                );
                 let count = if n >= 5000 { requests / 4 } else { requests }.max(20);
                 let mut lat = Vec::with_capacity(count);
                 for i in 0..count + 20 {
                     let t = Instant::now();
-                    let resp = http.post(&meta).body(body.clone()).send().await?.bytes().await?;
+                    let resp = http.post("/api/getCacheLocation", body.clone()).await?;
                     let ms = t.elapsed().as_secs_f64() * 1000.0;
                     if i == 0 {
                         let v: serde_json::Value = serde_json::from_slice(&resp)?;

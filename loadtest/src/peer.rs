@@ -6,7 +6,7 @@
 //! driven over stdin/stdout; it times each call itself). kvcm side: `getCacheLocation`
 //! `QT_PREFIX_MATCH` of N blocks (all hits) through an in-process kvcm-api — the real router and
 //! HTTP server on a loopback port, as in `latency` — over one kept-alive HTTP connection
-//! (reqwest, pool of one), JSON both ways, a Valkey hop (HMGET of N fields + recency bookkeeping)
+//! (a lean hyper client, `h1`), JSON both ways, a Valkey hop (HMGET of N fields + recency bookkeeping)
 //! behind it, and a location with a URI per block in the reply.
 //!
 //! Rounds alternate the two sides (and which goes first) so that machine noise hits both; each
@@ -97,9 +97,8 @@ pub async fn run(valkey: &str, a: &PeerArgs) -> Result<Vec<serde_json::Value>> {
     let b = Bench::new(valkey, 1).await?;
     let keys = b.write_chain(longest).await?;
     let (addr, stop_tx, serving) = serve(valkey, &b.ns, longest, |_| {}).await?;
-    let url = format!("http://{addr}/api/getCacheLocation");
     // One kept-alive connection, as an engine's connector holds one.
-    let http = reqwest::Client::builder().pool_max_idle_per_host(1).build()?;
+    let http = tokio::sync::Mutex::new(crate::h1::H1::connect(addr).await?);
     let mut mc = Mooncake::start(a, longest)?;
 
     let mut out = Vec::new();
@@ -107,14 +106,15 @@ pub async fn run(valkey: &str, a: &PeerArgs) -> Result<Vec<serde_json::Value>> {
     let mut per_size: Vec<[Vec<f64>; 6]> = a.sizes.iter().map(|_| Default::default()).collect();
     for round in 0..a.rounds + 1 {
         for (si, &n) in a.sizes.iter().enumerate() {
-            let body =
+            let body = bytes::Bytes::from(
                 serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]})
-                    .to_string();
+                    .to_string(),
+            );
             let kvcm_side = async || -> Result<Vec<f64>> {
                 let mut lat = Vec::with_capacity(a.requests);
                 for i in 0..a.requests {
                     let t = Instant::now();
-                    let resp = http.post(&url).body(body.clone()).send().await?.bytes().await?;
+                    let resp = http.lock().await.post("/api/getCacheLocation", body.clone()).await?;
                     lat.push(t.elapsed().as_secs_f64() * 1000.0);
                     if i == 0 {
                         let v: serde_json::Value = serde_json::from_slice(&resp)?;
