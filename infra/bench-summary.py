@@ -66,6 +66,7 @@ def main(records_path, md_path, json_path):
         }
         for n in sizes
     ]
+    s["breakdown"] = by("breakdown")
     s["peer"] = by("peer")
     mem = by("memory")
     s["memory"] = {"bytes_per_block": med([r["bytes_per_block"] for r in mem]), "blocks": mem[0]["blocks"] if mem else None}
@@ -119,6 +120,19 @@ def main(records_path, md_path, json_path):
         lines.append(
             f"| {l['blocks']:,} | {f(l['p50_ms'])} ms ({f(l['p50_spread'][0])}–{f(l['p50_spread'][1])}) | {f(l['p99_ms'])} ms |"
         )
+    if s["breakdown"]:
+        layers = list(dict.fromkeys(b["layer"] for b in s["breakdown"]))
+        lines += [
+            "",
+            f"Where a serial prefix read's time goes (`kvcm-bench breakdown`, medians of {s['breakdown'][0]['rounds']} alternating "
+            "rounds' p50; each layer adds one thing to the one before):",
+            "",
+            "| blocks | " + " | ".join(layers) + " |",
+            "|---:|" + "---:|" * len(layers),
+        ]
+        for n in sorted({b["blocks"] for b in s["breakdown"]}):
+            row = {b["layer"]: b["p50_ms"] for b in s["breakdown"] if b["blocks"] == n}
+            lines.append(f"| {n:,} | " + " | ".join(f"{row[l]:.3f} ms" if l in row else "—" for l in layers) + " |")
     if s["peer"]:
         lines += [
             "",

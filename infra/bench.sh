@@ -6,7 +6,9 @@
 #      an open-loop run at 50% of the HTTP rate (p50/p99 at half of saturation), then two-phase
 #      write sessions/s;
 #   2. latency (BENCH_LATENCY_RUNS times): serial prefix match at 100 / 1k / 5k / 20k blocks;
-#   3. peer: kvcm vs Mooncake store master, serial, 128 and 1,024 keys, alternating rounds;
+#   3. breakdown: a serial read's time layer by layer (HMGET on the node, through the cluster
+#      client, the data plane, HTTP), and peer: kvcm vs Mooncake store master, serial, 128 and
+#      1,024 keys, alternating rounds;
 #   4. memory per block;
 #   5. kvcm-replay --setup of the shared trace against a kvcm-api + kvcm-worker (processes), next
 #      to the optimizer's prediction.
@@ -72,6 +74,9 @@ for i in $(seq $((runs > lat_runs ? runs : lat_runs))); do
     bench latency --requests 300
   fi
 done
+
+log "breakdown: where a serial prefix read's time goes"
+bench breakdown --sizes 128,1024,20000 --rounds 3 --requests 200
 
 log "peer: kvcm vs Mooncake store master"
 mc_port=$((port + 50))

@@ -97,6 +97,10 @@ enum Cmd {
         /// (e.g. 0.5: latency at half of saturation); 0 = none.
         #[arg(long, default_value_t = 0.0)]
         open_loop_fraction: f64,
+        /// Instances the write sessions are spread over (1: one instance, i.e. one Valkey
+        /// shard's script thread; more: a fleet's instances, on different slots).
+        #[arg(long, default_value_t = 1)]
+        write_instances: usize,
     },
     /// Side by side with a peer: serial getCacheLocation QT_PREFIX_MATCH of N blocks through HTTP
     /// vs Mooncake store master's batch_is_exist of N keys through its Python client, alternating
@@ -160,6 +164,27 @@ struct Bench {
     instance: String,
 }
 
+/// Registers a bench instance in group `g` with `specs` location specs (tp0..).
+async fn register(registry: &Registry, instance: &str, specs: usize) -> Result<()> {
+        registry
+        .register_instance(&RegisterInstanceRequest {
+            instance_group: "g".into(),
+            instance_id: instance.to_string(),
+            block_size: 16,
+            location_spec_infos: (0..specs)
+                .map(|i| LocationSpecInfo { name: format!("tp{i}"), size: 1 << 20 })
+                .collect(),
+            model_deployment: Some(ModelDeployment {
+                model_name: "m".into(),
+                dtype: "bf16".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
 impl Bench {
     async fn new(valkey: &str, specs: usize) -> Result<Bench> {
         let ns = format!("bench{:08x}", fastrand::u32(..));
@@ -182,22 +207,7 @@ impl Bench {
             })
             .await?;
         let instance = "bench-instance".to_string();
-        registry
-            .register_instance(&RegisterInstanceRequest {
-                instance_group: "g".into(),
-                instance_id: instance.clone(),
-                block_size: 16,
-                location_spec_infos: (0..specs)
-                    .map(|i| LocationSpecInfo { name: format!("tp{i}"), size: 1 << 20 })
-                    .collect(),
-                model_deployment: Some(ModelDeployment {
-                    model_name: "m".into(),
-                    dtype: "bf16".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?;
+        register(&registry, &instance, specs).await?;
         let limits = Limits {
             max_keys_per_request: 1 << 20,
             write_timeout_default_s: 600,
@@ -543,7 +553,7 @@ async fn main() -> Result<()> {
             }
         }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
-        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction } => {
+        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction, write_instances } => {
             let b = Arc::new(Bench::new(&args.valkey, 1).await?);
             let written = prompts * 128;
             let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
@@ -656,21 +666,31 @@ async fn main() -> Result<()> {
                 rec["open_loop"] = serde_json::json!({"fraction": open_loop_fraction, "offered_per_s": r.offered_per_s,
                     "completed_per_s": r.completed_per_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "errors": r.errors, "dropped": r.dropped});
             }
-            // Two-phase writes of 32 new blocks per session through HTTP.
-            let client = reqwest::Client::new();
+            // Two-phase writes of 32 new blocks per session through HTTP, over one or more
+            // instances (task i writes to instance i mod N).
+            let mut instances = vec![b.instance.clone()];
+            for i in 1..write_instances.max(1) {
+                let id = format!("bench-instance-{i}");
+                register(&b.registry, &id, 1).await?;
+                instances.push(id);
+            }
+            let instances = Arc::new(instances);
             let t = Instant::now();
-            let tasks = (0..concurrency).map(|_| {
-                let (client, base, inst) = (client.clone(), base.clone(), b.instance.clone());
+            let tasks = (0..concurrency).map(|i| {
+                let instances = instances.clone();
                 tokio::spawn(async move {
+                    let inst = &instances[i % instances.len()];
+                    let mut conn = h1::H1::connect(server).await?;
                     let mut n = 0u64;
                     while t.elapsed() < dur {
                         let keys: Vec<i64> = (0..32).map(|_| fastrand::i64(..)).collect();
-                        let s: serde_json::Value = client
-                            .post(format!("{base}/api/startWriteCache"))
-                            .body(serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string())
-                            .send().await?.json().await?;
+                        let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
+                        let reply = conn.post("/api/startWriteCache", start.into()).await?;
+                        anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
+                        let s: serde_json::Value = serde_json::from_slice(&reply)?;
                         let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 32}});
-                        client.post(format!("{base}/api/finishWriteCache")).body(f.to_string()).send().await?.bytes().await?;
+                        let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
+                        anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
                         n += 1;
                     }
                     anyhow::Ok(n)
@@ -682,8 +702,16 @@ async fn main() -> Result<()> {
             }
             let sessions = total as f64 / t.elapsed().as_secs_f64();
             println!(
-                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent: {sessions:.0} sessions/s"
+                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
+                instances.len()
             );
+            for extra in &instances[1..] {
+                let mut c = b.conn.clone();
+                for k in b.data.keys(extra).all() {
+                    let _: () = redis::cmd("UNLINK").arg(k).query_async(&mut c).await?;
+                }
+            }
+            rec["write_instances"] = serde_json::json!(instances.len());
             rec["write_sessions_per_s"] = serde_json::json!(sessions);
             record(&args.record, rec)?;
             let _ = stop_tx.send(());
