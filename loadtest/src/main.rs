@@ -166,7 +166,7 @@ struct Bench {
 
 /// Registers a bench instance in group `g` with `specs` location specs (tp0..).
 async fn register(registry: &Registry, instance: &str, specs: usize) -> Result<()> {
-        registry
+    registry
         .register_instance(&RegisterInstanceRequest {
             instance_group: "g".into(),
             instance_id: instance.to_string(),
