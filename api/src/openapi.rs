@@ -359,8 +359,8 @@ default values in the other fields.
 the request's shape), 401 (credentials missing or wrong), 403 (a credential acting beyond its role \
 or instance-group scopes), 404 (unknown route), 405 (wrong method), 408 (the request outlived \
 `request_timeout_ms`), 413 (body larger than `max_body_bytes`), 429 (too many failed logins; \
-`Retry-After`), 503 (password checks busy or Valkey unreachable during authentication; \
-`Retry-After`). Request bounds (keys, specs, names, …) are domain errors: HTTP 200, \
+`Retry-After`), 503 (the metadata store is unavailable — Valkey unreachable or failing over — \
+or password checks are busy; `Retry-After`). Request bounds (keys, specs, names, …) are domain errors: HTTP 200, \
 `INVALID_ARGUMENT`, nothing changed.";
 
 const META_INTRO: &str = "\
@@ -478,7 +478,8 @@ fn error_responses() -> BTreeMap<String, RefOr<Response>> {
         (
             "ServiceUnavailable".into(),
             retry_after(
-                "Password checks are busy, or Valkey could not be reached to authenticate; retry after \
+                "The metadata store is unavailable (Valkey unreachable, or failing over: `CLUSTERDOWN`, \
+             `TRYAGAIN`, `LOADING`, `MOVED` storms, …), or password checks are busy; retry after \
              `Retry-After` seconds. `header.status.code` is `SERVICE_NOT_READY`.",
             ),
         ),

@@ -264,9 +264,20 @@ impl<T: Fields + Default> IntoResponse for Reply<T> {
                     tracing::error!(error = %e, "request failed");
                 }
                 // Domain errors are HTTP 200 (Tair's convention); a credential acting beyond
-                // its scopes is an authorisation failure, HTTP 403 like the guards' refusals.
-                let http = if matches!(e, Error::Forbidden(_)) { Http::FORBIDDEN } else { Http::OK };
-                envelope(http, e.code(), e.public_message(), T::default())
+                // its scopes is an authorisation failure, HTTP 403 like the guards' refusals;
+                // an unavailable metadata store (unreachable, failing over) is HTTP 503 with
+                // Retry-After, so that connectors and load balancers retry.
+                let http = match &e {
+                    Error::Forbidden(_) => Http::FORBIDDEN,
+                    e if e.is_unavailable() => Http::SERVICE_UNAVAILABLE,
+                    _ => Http::OK,
+                };
+                let mut resp = envelope(http, e.code(), e.public_message(), T::default());
+                if http == Http::SERVICE_UNAVAILABLE {
+                    resp.headers_mut()
+                        .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                }
+                resp
             }
         }
     }

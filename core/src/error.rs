@@ -47,11 +47,16 @@ impl Error {
         match self {
             Error::Status { code, .. } => *code,
             Error::Forbidden(_) => StatusCode::INVALID_ARGUMENT,
-            Error::Valkey(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
-                StatusCode::SERVICE_NOT_READY
-            }
+            Error::Valkey(e) if unavailable(e) => StatusCode::SERVICE_NOT_READY,
             Error::Valkey(_) | Error::Internal(_) => StatusCode::INTERNAL_ERROR,
         }
+    }
+
+    /// True when the metadata store is unavailable right now (unreachable, failing over,
+    /// loading, busy) rather than refusing the request: the caller should retry shortly
+    /// (frontends answer HTTP 503 with `Retry-After`).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Valkey(e) if unavailable(e))
     }
 
     /// The message to put in `header.status.message`: domain messages verbatim, infrastructure
@@ -59,8 +64,8 @@ impl Error {
     pub fn public_message(&self) -> String {
         match self {
             Error::Status { message, .. } | Error::Forbidden(message) => message.clone(),
-            Error::Valkey(_) if self.code() == StatusCode::SERVICE_NOT_READY => {
-                "the metadata store (Valkey) is unreachable; retry later".into()
+            Error::Valkey(_) if self.is_unavailable() => {
+                "the metadata store (Valkey) is unavailable (unreachable or failing over); retry shortly".into()
             }
             Error::Valkey(_) => "the metadata store (Valkey) returned an error".into(),
             Error::Internal(_) => "internal error; see the kvcm-api log".into(),
@@ -70,5 +75,64 @@ impl Error {
     /// True for errors the operator should see in the log (not the caller's fault).
     pub fn is_internal(&self) -> bool {
         !matches!(self, Error::Status { .. } | Error::Forbidden(_))
+    }
+}
+
+/// Whether a Valkey error is one of unavailability, still there after the client's own retries:
+/// the connection failed or dropped, or the cluster is failing over (`CLUSTERDOWN`, `TRYAGAIN`,
+/// `MOVED`/`ASK` storms while slots migrate, `MASTERDOWN`, `READONLY` from a demoted primary,
+/// `LOADING` after a restart, no connection to the slot's node yet), or a script is running past
+/// its time (`BUSY`). Every other error is a bug or a corrupt reply (`INTERNAL_ERROR`).
+fn unavailable(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return true;
+    }
+    match e.kind() {
+        ErrorKind::Server(
+            S::ClusterDown | S::TryAgain | S::BusyLoading | S::Moved | S::Ask | S::MasterDown | S::ReadOnly,
+        ) => true,
+        ErrorKind::ClusterConnectionNotFound => true,
+        _ => matches!(e.code(), Some("BUSY")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(line: &str) -> Error {
+        let v = redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).expect("an error reply");
+        let redis::Value::ServerError(e) = v else { panic!("{v:?}") };
+        Error::Valkey(e.into())
+    }
+
+    #[test]
+    fn failover_errors_are_service_not_ready_and_others_internal() {
+        for line in [
+            "CLUSTERDOWN The cluster is down",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "LOADING Valkey is loading the dataset in memory",
+            "MOVED 3999 127.0.0.1:6381",
+            "ASK 3999 127.0.0.1:6381",
+            "MASTERDOWN Link with MASTER is down",
+            "READONLY You can't write against a read only replica.",
+            "BUSY Valkey is busy running a script.",
+        ] {
+            let e = server(line);
+            assert_eq!(e.code(), StatusCode::SERVICE_NOT_READY, "{line}");
+            assert!(e.is_unavailable(), "{line}");
+            assert!(e.public_message().contains("retry"), "{line}");
+        }
+        let io = Error::Valkey(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
+        assert_eq!(io.code(), StatusCode::SERVICE_NOT_READY);
+        for line in
+            ["ERR wrong number of arguments", "WRONGTYPE Operation against a key", "NOSCRIPT No matching script"]
+        {
+            let e = server(line);
+            assert_eq!(e.code(), StatusCode::INTERNAL_ERROR, "{line}");
+            assert!(!e.is_unavailable(), "{line}");
+        }
+        assert!(!Error::invalid("x").is_unavailable());
     }
 }

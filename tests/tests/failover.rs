@@ -1,0 +1,91 @@
+//! What engines see while the metadata store is unavailable: a node down or a cluster failing
+//! over is HTTP 503 with `Retry-After` and `SERVICE_NOT_READY` (so connectors retry), never an
+//! `INTERNAL_ERROR`, and requests succeed again once the cluster is back.
+
+use kvcm_tests::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A getCacheLocation through a raw connection, to see the status and headers as sent.
+async fn raw_read(api: &Api, instance: &str, keys: &[i64]) -> Option<RawResponse> {
+    let body = json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys}).to_string();
+    let req = format!(
+        "POST /api/getCacheLocation HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut c = RawConn::connect(&api.meta).await;
+    c.send(req.as_bytes()).await.ok()?;
+    c.read_response(Duration::from_secs(10)).await
+}
+
+fn assert_retry_later(r: &RawResponse, what: &str) {
+    assert_eq!(r.status, 503, "{what}: {} {}", r.status, r.body);
+    assert_eq!(r.header("retry-after"), Some("1"), "{what}");
+    let reply: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(code(&reply), "SERVICE_NOT_READY", "{what}: {reply}");
+    assert!(message(&reply).contains("retry"), "{what}: {reply}");
+}
+
+async fn solo_valkey(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_requests_recover() {
+    let mut valkey = SoloValkey::start();
+    let api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_VALKEY_URL", valkey.url.as_str()),
+            ("KVCM_VALKEY_TIMEOUT_MS", "500"),
+            ("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500"),
+        ],
+    );
+    let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
+    let keys = [11, 12, 13];
+    fx.write(&keys).await;
+    let ok = raw_read(&fx.api, &fx.instance, &keys).await.expect("a reply");
+    assert_eq!(ok.status, 200, "{}", ok.body);
+
+    // The instance's slot stops being served, as while a failover moves it: CLUSTERDOWN.
+    let mut node = solo_valkey(&valkey.url).await;
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&blocks).query_async(&mut node).await.unwrap();
+    let _: () = redis::cmd("CLUSTER").arg("DELSLOTS").arg(slot).query_async(&mut node).await.unwrap();
+    let down = eventually(Duration::from_secs(20), || async {
+        raw_read(&fx.api, &fx.instance, &keys).await.filter(|r| r.status != 200)
+    })
+    .await
+    .expect("reads kept succeeding with the slot unserved");
+    assert_retry_later(&down, "slot not served");
+    // Writes too, and nothing is half done.
+    let (status, start) =
+        fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [21, 22]})).await;
+    assert_eq!((status, code(&start)), (503, "SERVICE_NOT_READY"), "{start}");
+
+    // Served again: reads and writes recover without restarting anything.
+    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTS").arg(slot).query_async(&mut node).await.unwrap();
+    eventually(Duration::from_secs(20), || async {
+        raw_read(&fx.api, &fx.instance, &keys).await.filter(|r| r.status == 200)
+    })
+    .await
+    .expect("reads did not recover once the slot was served again");
+    fx.write(&[21, 22]).await;
+
+    // The node itself down: connection refused, the same answer.
+    valkey.kill();
+    let down = eventually(Duration::from_secs(20), || async {
+        raw_read(&fx.api, &fx.instance, &keys).await.filter(|r| r.status != 200)
+    })
+    .await
+    .expect("reads kept succeeding with Valkey down");
+    assert_retry_later(&down, "node down");
+    valkey.restart();
+    let back = eventually(Duration::from_secs(30), || async {
+        raw_read(&fx.api, &fx.instance, &keys).await.filter(|r| r.status == 200)
+    })
+    .await
+    .expect("reads did not recover once Valkey was back");
+    let reply: Value = serde_json::from_str(&back.body).unwrap();
+    assert_eq!(code(&reply), "OK", "{reply}");
+}
