@@ -17,6 +17,8 @@
 --
 -- Reply: {1, successes} | {5, message} (unknown, finished or expired session; mask of the wrong
 --        length) — nothing changes on an error; an expired session is left to the expirer.
+--        Finishing a finished session again with the same mask (a client's retry) answers what
+--        the first finish answered, for FINISHED_TTL_MS after it.
 -- Example: session 7 wrote B, C; ARGV[2] = "b10" -> B serving (usage +bytes, B a leaf, its
 --          parent no longer one), C's location removed and queued on `del`; reply {1, 1}.
 --          A location removed (state D) or trimmed (gone) during the write is queued for
@@ -24,6 +26,19 @@
 if #KEYS ~= 8 or (#ARGV ~= 2 and #ARGV ~= 3) then return redis.error_reply('finish_write_cache: expected 8 keys, 2-3 args') end
 local expire = ARGV[3] == 'expire'
 local sess = redis.call('GET', KEYS[2])
+-- A finished session leaves a marker (11 bytes: 'F', successes u32, a tag of the mask it was
+-- finished with; a session record is at least 12 bytes) for FINISHED_TTL_MS, so that a finish
+-- the client resends after a dropped connection gets the first run's answer instead of
+-- "unknown session". A finish with another mask is refused.
+local function mask_tag(m) return redis.sha1hex(m):sub(1, 6) end
+if sess and #sess == 11 and sess:sub(1, 1) == 'F' then
+  if expire then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return {1, 0}
+  end
+  if sess:sub(6) == mask_tag(ARGV[2]) then return {1, (struct.unpack('<I4', sess, 2))} end
+  return {5, "write session '" .. ARGV[1] .. "' is already finished (with other success_blocks)"}
+end
 if not sess then
   if expire then
     redis.call('ZREM', KEYS[3], ARGV[1])
@@ -131,6 +146,10 @@ end
 flush_records(K, dirty)
 for sid, u in pairs(used) do usage_add(K, sid, u[1], u[2]) end
 index_leaves(K, order, cache, now)
-redis.call('DEL', KEYS[2])
+if expire then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('SET', KEYS[2], 'F' .. struct.pack('<I4', done) .. mask_tag(ARGV[2]), 'PX', FINISHED_TTL_MS)
+end
 redis.call('ZREM', KEYS[3], ARGV[1])
 return {1, done}

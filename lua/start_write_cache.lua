@@ -43,7 +43,30 @@ for i = 1, nk do
   if groups ~= '' then g = groups:byte(i) end
   if not sizes[g + 1] then return {5, 'no size for spec group ' .. g} end
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {5, 'session id collision; retry'} end
+local prior = redis.call('GET', KEYS[2])
+if prior then
+  -- The session id is the frontend's random id for one request: an existing session with it is
+  -- this very request, resent by the client after a dropped connection (the first run went
+  -- through). Answer what the first run answered, from the session record: its new keys, in
+  -- request order, are the keys that were not present.
+  if #prior < 12 then return {5, 'session id collision; retry'} end
+  local n = (select(3, struct.unpack('<I4I4I4', prior)))
+  local present, again, j = {}, {1, ''}, 1
+  for i = 1, nk do
+    local k = ARGV[6 + i]
+    if j <= n and session_key(prior, j) == k then
+      local _, _, loc = session_loc(prior, j)
+      again[#again + 1] = loc
+      present[i] = '0'
+      j = j + 1
+    else
+      present[i] = '1'
+    end
+  end
+  if j <= n then return {5, 'session id collision; retry'} end
+  again[2] = table.concat(present)
+  return again
+end
 
 local now = tonumber(redis.call('TIME')[1])
 -- Every record in a few HMGETs (chunks stay under Lua's unpack limit), not one call per key.

@@ -18,6 +18,9 @@
 -- so old popularity fades as the clock rises: LFU with dynamic aging).
 local HDR = 11
 local NOT_PACKED = 65535
+-- How long a finished write session's marker stays (finish_write_cache.lua): far longer than a
+-- client's retries of one request take.
+local FINISHED_TTL_MS = 60000
 
 local function rec_new(parent)
   if parent then return '\1' .. parent .. '\0\0' end
@@ -160,6 +163,10 @@ end
 
 -- Session record entries: key (8) | bytes u32 | location (26 bytes, zero-padded when shorter).
 local SESSION_HDR, SESSION_ENTRY = 12, 38
+local function session_key(sess, j)
+  local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
+  return sess:sub(off, off + 7)
+end
 local function session_loc(sess, j)
   local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
   local loc = sess:sub(off + 12, off + 37)

@@ -1225,3 +1225,91 @@ pub fn lambda_start_failure(namespace: &str, env: &[(&str, &str)]) -> Failed {
     let status = child.wait().ok();
     Failed { code: status.and_then(|s| s.code()), stderr: std::fs::read_to_string(&log).unwrap_or_default() }
 }
+
+/// A TCP proxy in front of one Valkey node that can lose a reply the way a dropped connection
+/// does: the request reaches Valkey and runs, and the connection is reset before its reply gets
+/// back — what makes a client resend a request that already took effect. Point the node's
+/// `cluster-announce-port` at [`ReplyDropper::port`] so cluster clients stay behind it.
+pub struct ReplyDropper {
+    pub port: u16,
+    armed: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl ReplyDropper {
+    pub async fn start(upstream: u16) -> ReplyDropper {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>> = Default::default();
+        let dropped: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let (armed2, dropped2) = (armed.clone(), dropped.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let (armed, dropped) = (armed2.clone(), dropped2.clone());
+                // Set once a request matching the armed needle went to Valkey: its reply is lost.
+                let lose_reply = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let lose = lose_reply.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        {
+                            let mut a = armed.lock().unwrap();
+                            if a.as_ref().is_some_and(|needle| buf[..n].windows(needle.len()).any(|w| w == &needle[..]))
+                            {
+                                *a = None;
+                                lose.store(true, Ordering::SeqCst);
+                            }
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = sr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if lose_reply.load(Ordering::SeqCst) {
+                            // Reset the client's connection instead of answering.
+                            dropped.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = cw.shutdown().await;
+                });
+            }
+        });
+        ReplyDropper { port, armed, dropped, accept }
+    }
+
+    /// The next request whose bytes contain `needle` runs in Valkey, and its reply is lost with
+    /// the connection.
+    pub fn lose_reply_to(&self, needle: &[u8]) {
+        *self.armed.lock().unwrap() = Some(needle.to_vec());
+    }
+
+    /// Replies lost so far.
+    pub fn lost(&self) -> usize {
+        self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for ReplyDropper {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}

@@ -89,3 +89,61 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     let reply: Value = serde_json::from_str(&back.body).unwrap();
     assert_eq!(code(&reply), "OK", "{reply}");
 }
+
+// Multi-threaded: the proxy's tasks must run while Api::start blocks this thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_resent_after_its_reply_was_lost_answers_what_the_first_run_did() {
+    // kvcm-api reaches the node only through a proxy that can lose a reply with its
+    // connection; the redis client then resends the script call, which already ran.
+    let valkey = SoloValkey::start();
+    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = ReplyDropper::start(port).await;
+    let mut node = solo_valkey(&valkey.url).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
+    let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
+    fx.write(&[1, 2]).await;
+
+    // startWriteCache: only its script names the instance's session counter (`…}:seq`).
+    proxy.lose_reply_to(b"}:seq");
+    let s = fx.start(&[1, 2, 3, 4]).await;
+    assert_eq!(proxy.lost(), 1, "the start's reply was not lost");
+    assert_eq!(code(&s), "OK", "a resent start must answer like the first run: {s}");
+    assert_eq!(s["block_mask"], json!({"offset": 2}), "blocks 1 and 2 were present: {s}");
+    let uris: Vec<&str> =
+        s["locations"].as_array().unwrap().iter().map(|l| l["location_specs"][0]["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris.len(), 2, "{s}");
+
+    // finishWriteCache: only its script (and no read here) names the interior-touch index.
+    proxy.lose_reply_to(b"}:itouch");
+    let f = fx.finish(&s, json!({"offset": 2})).await;
+    assert_eq!(proxy.lost(), 2, "the finish's reply was not lost");
+    assert_eq!(code(&f), "OK", "a resent finish must answer like the first run: {f}");
+    // Finishing it again with the same mask is the same answer; with another, refused.
+    assert_eq!(code(&fx.finish(&s, json!({"offset": 2})).await), "OK");
+    assert_err(&(200, fx.finish(&s, json!({"offset": 1})).await), "INVALID_ARGUMENT", "already finished");
+
+    // Every block serves once, counted once.
+    let r = fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
+    assert_eq!(r["locations"].as_array().unwrap().len(), 4, "{r}");
+    let usage: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(instance_key(&fx.api.namespace, &fx.instance, "usage"))
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let blocks: i64 = usage.iter().filter(|(k, _)| k.starts_with('n')).map(|(_, v)| v).sum();
+    assert_eq!(blocks, 4, "{usage:?}");
+    let open: i64 = redis::cmd("ZCARD")
+        .arg(instance_key(&fx.api.namespace, &fx.instance, "sessions"))
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    assert_eq!(open, 0, "no session left open");
+}
