@@ -169,6 +169,25 @@ make_secrets() {
 
 # ---- start / stop ----
 
+# Whether the process on node port $1 is the valkey-server this script started there.
+own_node() {
+  local pidfile="$dir/$1/valkey.pid" pid
+  [ -f "$pidfile" ] || return 1
+  pid="$(cat "$pidfile")"
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "valkey-server.*:$1\b"
+}
+
+# Stops our node on port $1: SHUTDOWN NOSAVE, else SIGTERM, else SIGKILL after 5 s.
+stop_node() {
+  local pid; pid="$(cat "$dir/$1/valkey.pid")"
+  cli -p "$1" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; sleep 0.2; fi
+  listening "$1" && die "the node on port $1 (pid $pid) did not stop"
+  rm -f "$dir/$1/valkey.pid"
+}
+
 start() {
   "$(dirname "$0")/install-valkey.sh" >/dev/null
   if [ -f "$dir/mode" ] && [ "$(cat "$dir/mode")" != "$mode" ]; then
@@ -189,14 +208,23 @@ start() {
   mkdir -p "$dir"; dir="$(cd "$dir" && pwd)"; token_file="$dir/secrets/token"
   echo "$mode" >"$dir/mode"
   [ "$auth" = 1 ] && make_secrets
+  # Nodes of an earlier run that did not stop cleanly (a closed terminal, a killed shell), in a
+  # cluster that is no longer whole: their pid files are in our directory, so they are ours to
+  # stop and start afresh (resetting them in place fails once their cluster is down). Anything
+  # else on a port is not ours to touch: refused before any node starts.
   for p in "${nodes[@]}"; do
-    if alive "$p"; then
-      # A half-formed cluster from an earlier run: reset it so `cluster create` can proceed.
-      cli -p "$p" flushall >/dev/null 2>&1 || true
-      cli -p "$p" cluster reset hard >/dev/null
-      continue
+    if listening "$p" && ! own_node "$p"; then
+      die "port $p is taken by a process this script did not start (no live pid file in $dir/$p); stop it or choose another --base-port"
     fi
-    mkdir -p "$dir/$p"; rm -f "$dir/$p/nodes.conf"
+  done
+  for p in "${nodes[@]}"; do
+    if listening "$p"; then
+      log "stopping node $p left over from an earlier run"
+      stop_node "$p"
+    fi
+  done
+  for p in "${nodes[@]}"; do
+    mkdir -p "$dir/$p"; rm -f "$dir/$p/nodes.conf" "$dir/$p"/*.rdb "$dir/$p"/appendonly*.aof
     local conf="$dir/$p/valkey.conf"
     : >"$conf"; chmod 600 "$conf"
     if [ "$auth" = 1 ]; then
