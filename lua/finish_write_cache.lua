@@ -84,8 +84,8 @@ for c = 1, n, 1000 do
     if cache[ks[i]] == nil then cache[ks[i]] = part[i] end
   end
 end
--- The serving form of each distinct location of the session (an unpacked session's locations
--- are all alike), built once: string building is most of a script's time.
+-- The serving form of each distinct location of the session, built once (an unpacked session's
+-- locations of one spec group are all alike).
 local serving = {}
 -- A location of the session succeeded: the block serves (counted in usage, linked to its
 -- parent, indexed as a leaf once all links are made).

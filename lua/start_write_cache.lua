@@ -96,8 +96,8 @@ local reply = {1, table.concat(present)}
 local sess = {struct.pack('<I4I4I4', seq, deadline, #new)}
 local writes = {}
 -- What every new location of a spec group shares (state, storage, group, session, time), built
--- once per group: string building is most of a script's time, so nothing constant is rebuilt
--- per block. An unpacked location is entirely constant; its session entry tail too.
+-- once per group rather than per block. An unpacked location is the same for every block of its
+-- spec group; so is the tail of its session entry.
 local stem, unpacked, entry_tail = {}, {}, {}
 local function group_parts(g)
   if not stem[g] then

@@ -3,13 +3,13 @@
 //! (`kvcm_api::lambda`).
 
 use anyhow::Context;
+use clap::Parser;
+use kvcm_core::config::Config;
+use std::path::PathBuf;
 
 // glibc malloc was a fifth of a loaded frontend's CPU (docs/benchmarks.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use clap::Parser;
-use kvcm_core::config::Config;
-use std::path::PathBuf;
 
 /// kvcm HTTP frontend: serves the meta plane (engines) and the admin plane (operators) of the
 /// Tair KVCM protocol over a Valkey cluster.

@@ -141,3 +141,57 @@ fn malformed_replies_get_combines_error() {
         assert!(redis::parse_redis_value(bad).is_err());
     }
 }
+
+/// Decodes `bytes` as one stream that then ends: every reply, or the error.
+fn decode_to_end(bytes: &[u8]) -> Result<Vec<Value>, redis::RedisError> {
+    let mut codec = ValueCodec::default();
+    let mut buf = BytesMut::from(bytes);
+    let mut out = Vec::new();
+    while let Some(v) = codec.decode(&mut buf)? {
+        out.push(v);
+    }
+    while let Some(v) = codec.decode_eof(&mut buf)? {
+        out.push(v);
+    }
+    Ok(out)
+}
+
+#[test]
+fn odd_numbers_and_deep_nesting_decode_as_combine_decodes_them() {
+    let mut cases: Vec<Vec<u8>> = [
+        &b":+3\r\n"[..],
+        b": 3\r\n",
+        b":003\r\n",
+        b":-0\r\n",
+        b":1234567890123456789\r\n",
+        b":-9223372036854775808\r\n",
+        b"$-2\r\n",
+        b"*-2\r\n",
+        b"+\xff\xfe\r\n",
+        b"_x\r\n",
+        b"*1\r\n-ERR inside\r\n",
+        b">2\r\n+message\r\n$1\r\nx\r\n",
+        b"~1\r\n:1\r\n",
+    ]
+    .iter()
+    .map(|c| c.to_vec())
+    .collect();
+    for depth in [63, 64, 65, 99, 100, 101, 120] {
+        let mut deep = b"*1\r\n".repeat(depth);
+        deep.extend_from_slice(b":7\r\n");
+        cases.push(deep);
+    }
+    for case in cases {
+        let combine = redis::parse_redis_value(&case).map(|v| vec![v]).map_err(|e| e.kind());
+        let ours = decode_to_end(&case).map_err(|e| e.kind());
+        assert_eq!(ours, combine, "{:?}", String::from_utf8_lossy(&case));
+    }
+}
+
+#[test]
+fn a_stream_that_ends_inside_a_reply_is_a_dropped_connection() {
+    for cut in [&b"*2\r\n"[..], b"*2\r\n$3\r\nabc\r\n", b"$10\r\nabc", b"*3\r\n:1\r\n:2"] {
+        let err = decode_to_end(cut).expect_err("a cut-off reply");
+        assert!(err.is_io_error() && err.is_connection_dropped(), "{:?}: {err:?}", String::from_utf8_lossy(cut));
+    }
+}

@@ -34,6 +34,7 @@ pub async fn run(
     requests: usize,
     rec: &Option<std::path::PathBuf>,
 ) -> Result<()> {
+    anyhow::ensure!(rounds >= 1, "--rounds must be at least 1 (a warm-up round comes first)");
     for l in layers {
         anyhow::ensure!(LAYERS.contains(&l.as_str()), "unknown layer {l:?} (layers: {})", LAYERS.join(", "));
     }
@@ -104,8 +105,17 @@ pub async fn run(
                             anyhow::ensure!(stats.matched == n, "data plane matched {} of {n}", stats.matched);
                         }
                         _ => {
-                            let bytes = http.post("/api/getCacheLocation", body.clone()).await?;
-                            anyhow::ensure!(bytes.len() > n * 16, "short reply ({} bytes)", bytes.len());
+                            let reply = http.post("/api/getCacheLocation", body.clone()).await?;
+                            let ms = t.elapsed().as_secs_f64() * 1000.0;
+                            anyhow::ensure!(crate::rate::reply_ok(&reply), "{}", String::from_utf8_lossy(&reply));
+                            if lat.is_empty() {
+                                // Once per round, outside the timing: every block matched.
+                                let v: serde_json::Value = serde_json::from_slice(&reply)?;
+                                let matched = v["locations"].as_array().map(Vec::len);
+                                anyhow::ensure!(matched == Some(n), "kvcm matched {matched:?} of {n} blocks");
+                            }
+                            lat.push(ms);
+                            continue;
                         }
                     }
                     lat.push(t.elapsed().as_secs_f64() * 1000.0);

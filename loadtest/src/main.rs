@@ -558,7 +558,6 @@ async fn main() -> Result<()> {
             let written = prompts * 128;
             let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
             let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16, |_| {}).await?;
-            let base = format!("http://{}", server);
             let dur = std::time::Duration::from_secs(seconds);
             // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
             let direct = {
@@ -644,15 +643,9 @@ async fn main() -> Result<()> {
             if open_loop_fraction > 0.0 {
                 // Half of saturation (or any fraction): arrivals at a fixed rate, latency from the
                 // scheduled start.
-                let client = reqwest::Client::new();
-                let r = rate::open_loop(
-                    &client,
-                    &format!("{base}/api/getCacheLocation"),
-                    bodies.clone(),
-                    open_loop_fraction * http,
-                    dur,
-                )
-                .await;
+                let r =
+                    rate::open_loop(server, "/api/getCacheLocation", bodies.clone(), open_loop_fraction * http, dur)
+                        .await;
                 println!(
                     "throughput: open loop at {:.0}% of the HTTP rate ({:.0}/s offered, {seconds} s): {:.0}/s completed, p50 {:.3} ms, p99 {:.3} ms ({} errors, {} dropped)",
                     100.0 * open_loop_fraction,

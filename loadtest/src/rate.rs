@@ -6,6 +6,8 @@
 //! The dispatcher sleeps until each request's due time (`i / rate` after the start) and spawns
 //! it; if it is late it spawns at once, so the average rate holds. In-flight requests are capped
 //! (`MAX_IN_FLIGHT`); a request that would exceed the cap is counted as dropped, not queued.
+//! Requests go over a pool of kept-alive connections of the lean client (`h1`), the same client
+//! the closed-loop phase measured saturation with; a new connection is opened when all are busy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,16 +32,17 @@ pub fn reply_ok(body: &[u8]) -> bool {
     body.get(..64).unwrap_or(body).windows(11).any(|w| w == br#""code":"OK""#)
 }
 
-/// POSTs `bodies` (round robin) to `url` at `rate` per second for `duration`.
+/// POSTs `bodies` (round robin) to `path` on `addr` at `rate` per second for `duration`.
 pub async fn open_loop(
-    client: &reqwest::Client,
-    url: &str,
+    addr: std::net::SocketAddr,
+    path: &'static str,
     bodies: Arc<Vec<bytes::Bytes>>,
     rate: f64,
     duration: Duration,
 ) -> OpenLoop {
     let total = (rate * duration.as_secs_f64()).round() as usize;
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let pool: Arc<std::sync::Mutex<Vec<crate::h1::H1>>> = Default::default();
     let t0 = Instant::now();
     let mut handles = Vec::with_capacity(total);
     let mut dropped = 0u64;
@@ -50,13 +53,23 @@ pub async fn open_loop(
             dropped += 1;
             continue;
         };
-        let (client, url, bodies) = (client.clone(), url.to_string(), bodies.clone());
+        let (pool, bodies) = (pool.clone(), bodies.clone());
         handles.push(tokio::spawn(async move {
             let body = bodies[i % bodies.len()].clone();
-            let ok = match client.post(&url).body(body).send().await {
-                Ok(r) if r.status().is_success() => r.bytes().await.is_ok_and(|b| reply_ok(&b)),
-                Ok(_) => false,
-                Err(_) => false,
+            let idle = pool.lock().unwrap().pop();
+            let conn = match idle {
+                Some(c) => Some(c),
+                None => crate::h1::H1::connect(addr).await.ok(),
+            };
+            let ok = match conn {
+                Some(mut c) => match c.post(path, body).await {
+                    Ok(reply) => {
+                        pool.lock().unwrap().push(c);
+                        reply_ok(&reply)
+                    }
+                    Err(_) => false,
+                },
+                None => false,
             };
             drop(permit);
             (ok, due.elapsed().as_secs_f64() * 1000.0)

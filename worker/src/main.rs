@@ -1,13 +1,14 @@
 //! `kvcm-worker`: load config, start logging, build, run until SIGINT/SIGTERM.
 
 use anyhow::Context;
-
-// glibc malloc was a fifth of a loaded frontend's CPU (docs/benchmarks.md).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 use kvcm_core::config::Config;
 use std::path::PathBuf;
+
+// The allocator of every kvcm binary (docs/benchmarks.md: glibc malloc cost a loaded frontend a
+// fifth of its CPU).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// kvcm background worker: deletes data queued for deletion, expires abandoned write sessions,
 /// and reclaims space when instance groups pass their watermarks. Run any number of them.

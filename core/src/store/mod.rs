@@ -106,6 +106,9 @@ impl DataPlane {
         if values.len() != blocks.len() {
             return Err(Error::internal(format!("HMGET answered {} values for {} fields", values.len(), blocks.len())));
         }
+        if let Some(odd) = values.iter().find(|v| !matches!(v, redis::Value::BulkString(_) | redis::Value::Nil)) {
+            return Err(Error::internal(format!("HMGET answered {odd:?} for a field")));
+        }
         Ok(Records(values))
     }
 
@@ -131,8 +134,8 @@ impl DataPlane {
     }
 }
 
-/// The records an HMGET answered, one per requested block, read in place in the reply (no copy
-/// per record).
+/// The records an HMGET answered, one per requested block (a bulk string or nil each), read
+/// where the reply put them.
 pub(crate) struct Records(Vec<redis::Value>);
 
 impl Records {

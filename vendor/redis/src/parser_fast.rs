@@ -5,8 +5,8 @@
 //! answer. This module decodes the common reply shapes by hand, in two passes over a reply that
 //! has fully arrived:
 //!
-//! * [`Scan::scan`] walks the buffer without allocating and tells whether one whole reply is
-//!   there. It is resumable: a large reply arriving over many socket reads is scanned once, not
+//! * [`Scan::scan`] walks the buffer without allocating per element and tells whether one
+//!   whole reply is there. It is resumable: a large reply arriving over many socket reads is scanned once, not
 //!   from its start on every read.
 //! * [`parse`] then builds the [`Value`], exactly as combine would have.
 //!
@@ -14,7 +14,9 @@
 //! (`_`) are handled, with plain decimal lengths. Anything else anywhere in a reply (errors,
 //! maps, sets, pushes, doubles, verbatim strings, attributes, a length combine would trim or
 //! reject, nesting deeper than combine allows) makes the scan answer `Unsupported`, and the
-//! caller hands the whole reply to combine, whose behaviour (values and errors) is unchanged.
+//! caller hands the whole reply to combine, whose values and errors are unchanged (only the
+//! byte positions in its error messages can differ). A stream that ends inside a reply is a
+//! dropped connection (`UnexpectedEof`), as for the synchronous parser.
 
 use crate::types::Value;
 
@@ -89,6 +91,10 @@ impl Scan {
     /// Scans on from where the last call stopped. `buf` must start with the same reply as at
     /// the last call (bytes are only ever appended until [`Scan::reset`]).
     pub(crate) fn scan(&mut self, buf: &[u8]) -> Scanned {
+        if self.started && buf.len() < self.pos {
+            // Not the buffer scanned before (it never shrinks mid-reply): start over.
+            self.reset();
+        }
         if !self.started {
             if buf.is_empty() {
                 return Scanned::Incomplete;
@@ -156,39 +162,49 @@ impl Scan {
     }
 }
 
-/// Builds the value of one whole reply that [`Scan::scan`] found `Complete` and supported.
-pub(crate) fn parse(buf: &[u8]) -> Value {
+/// Builds the value of one whole reply that [`Scan::scan`] found `Complete` and supported;
+/// `None` (never expected: the caller then lets combine decode it) if it is not what the scan
+/// saw.
+pub(crate) fn parse(buf: &[u8]) -> Option<Value> {
     let mut pos = 0;
-    value(buf, &mut pos)
+    value(buf, &mut pos, 0)
 }
 
-fn value(buf: &[u8], pos: &mut usize) -> Value {
-    let (kind, payload, next) = line(buf, *pos).expect("scanned");
+fn value(buf: &[u8], pos: &mut usize, depth: usize) -> Option<Value> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let (kind, payload, next) = line(buf, *pos)?;
     *pos = next;
-    match kind {
+    Some(match kind {
         b'+' => {
-            let s = std::str::from_utf8(payload).expect("scanned");
+            let s = std::str::from_utf8(payload).ok()?;
             if s == "OK" { Value::Okay } else { Value::SimpleString(s.to_owned()) }
         }
         b'_' => Value::Nil,
-        b':' => Value::Int(decimal(payload).expect("scanned")),
-        b'$' => match decimal(payload).expect("scanned") {
+        b':' => Value::Int(decimal(payload)?),
+        b'$' => match decimal(payload)? {
             -1 => Value::Nil,
-            n => {
-                let v = buf[next..next + n as usize].to_vec();
-                *pos = next + n as usize + 2;
+            n if n >= 0 => {
+                let end = next.checked_add(n as usize)?;
+                let v = buf.get(next..end)?.to_vec();
+                *pos = end + 2;
                 Value::BulkString(v)
             }
+            _ => return None,
         },
-        _ => match decimal(payload).expect("scanned") {
+        b'*' => match decimal(payload)? {
             -1 => Value::Nil,
-            n => {
-                let mut items = Vec::with_capacity(n as usize);
+            n if n >= 0 => {
+                // Bounded by the reply's bytes: each element takes at least 3.
+                let mut items = Vec::with_capacity((n as usize).min(buf.len() / 3));
                 for _ in 0..n {
-                    items.push(value(buf, pos));
+                    items.push(value(buf, pos, depth + 1)?);
                 }
                 Value::Array(items)
             }
+            _ => return None,
         },
-    }
+        _ => return None,
+    })
 }
