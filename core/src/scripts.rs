@@ -94,6 +94,7 @@ scripts! {
     TRIM_ALL_META => "trim_all_meta.lua",
     RELEASE_BLOCK => "release_block.lua",
     CLAIM_DELETE => "claim_delete.lua",
+    DEAD_LETTER => "dead_letter.lua",
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
 }

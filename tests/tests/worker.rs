@@ -223,6 +223,16 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     let text = format!("{entries:?}");
     assert!(text.contains("cannot delete"), "{text}");
     assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del")).await, 0);
+    // The key is not held by the deletion it gave up on: it can be written and read again
+    // (it used to stay in state X for good: reported present to writers, a miss to readers).
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    let rec: Option<Vec<u8>> =
+        redis::cmd("HGET").arg(&blocks).arg(1i64.to_be_bytes().to_vec()).query_async(&mut c).await.unwrap();
+    assert_eq!(rec, None, "the dead-lettered location is still in the record");
+    let again = fx.start(&[1]).await;
+    assert_eq!(again["locations"].as_array().map(Vec::len), Some(1), "{again}");
+    assert_ok(&(200, fx.finish(&again, json!({"offset": 1})).await));
+    assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &[1], json!({})).await), vec![true]);
 }
 
 #[tokio::test]

@@ -352,25 +352,25 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
             .await?;
         return Ok(());
     }
-    let mut add = redis::cmd("XADD");
-    add.arg(&keys.del_dead).arg("*");
-    let fields: HashMap<&String, &redis::Value> = entry.map.iter().collect();
-    for (k, v) in fields {
-        if let redis::Value::BulkString(b) = v {
-            add.arg(k).arg(b);
-        }
-    }
-    add.arg("error").arg(why).arg("attempts").arg(attempts).arg("entry").arg(&entry.id);
-    let mut pipe = redis::pipe();
-    pipe.add_command(add).ignore();
-    let _: () = ack(&mut pipe, keys, &entry.id)
-        .cmd("HDEL")
-        .arg(&keys.del_fail)
-        .arg(&entry.id)
-        .arg(format!("{}:t", entry.id))
-        .ignore()
-        .query_async(&mut conn)
-        .await?;
+    // The dead letter carries the entry's fields, the error and the attempts; the script also
+    // frees the key from the location it was deleting, so the key can be written again.
+    let attempts_text = attempts.to_string();
+    let mut fields: Vec<(&[u8], &[u8])> = entry
+        .map
+        .iter()
+        .filter_map(|(k, v)| match v {
+            redis::Value::BulkString(b) => Some((k.as_bytes(), b.as_slice())),
+            _ => None,
+        })
+        .collect();
+    fields.sort();
+    fields.extend([
+        (&b"error"[..], why.as_bytes()),
+        (b"attempts", attempts_text.as_bytes()),
+        (b"entry", entry.id.as_bytes()),
+    ]);
+    let (key, loc) = (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default());
+    w.data.dead_letter(keys, GROUP, &entry.id, &key, &loc, &fields).await?;
     w.metrics.dead_letters.inc();
     tracing::error!(stream = %keys.del, id = %entry.id, error = %why, "deletion moved to the dead-letter stream");
     Ok(())

@@ -72,6 +72,30 @@ impl DataPlane {
         .map(drop)
     }
 
+    /// Gives up on a deletion: moves its entry to the dead-letter stream with `fields`, and
+    /// drops the location from the key's record so the key can be written again (see
+    /// `lua/dead_letter.lua`). Returns whether a location was dropped.
+    #[allow(clippy::too_many_arguments, reason = "one argument per script input")]
+    pub async fn dead_letter(
+        &self,
+        keys: &InstanceKeys,
+        group: &str,
+        id: &str,
+        key: &[u8],
+        loc: &[u8],
+        fields: &[(&[u8], &[u8])],
+    ) -> Result<bool> {
+        let mut args: Vec<&[u8]> = vec![group.as_bytes(), id.as_bytes(), key, loc];
+        for (k, v) in fields {
+            args.push(k);
+            args.push(v);
+        }
+        let r =
+            self.run(&scripts::DEAD_LETTER, &[&keys.blocks, &keys.del, &keys.del_dead, &keys.del_fail], &args).await?;
+        let released: i64 = super::first(r)?;
+        Ok(released == 1)
+    }
+
     /// Before unlinking an unpacked block's file: `"unlink"`, `"keep"` (a newer write owns the
     /// path) or `"gone"` (entry already completed). See `lua/claim_delete.lua`.
     pub async fn claim_delete(&self, keys: &InstanceKeys, id: &str, key: &[u8], loc: &[u8]) -> Result<String> {
