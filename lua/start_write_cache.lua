@@ -135,7 +135,15 @@ while f * per_file < #new do
     local rec = recs[i]
     if not rec then
       local parent = nil
-      if i > 1 then parent = ARGV[5 + i] end
+      if i > 1 then
+        parent = ARGV[5 + i]
+        -- A parent whose own record names this key as its parent (left so when this key's
+        -- record was dropped while the parent was being written) would make the two each
+        -- other's parent: neither would ever be a leaf, so neither could ever be evicted. The
+        -- key starts a chain of its own instead.
+        local prec = recs[i - 1]
+        if prec and rec_parent(prec) == k then parent = nil end
+      end
       rec = rec_new(parent)
     end
     writes[#writes + 1] = k

@@ -73,8 +73,11 @@ async fn sessions_are_tracked_until_finished_and_packed_files_are_counted() {
     let deadline: Option<f64> =
         redis::cmd("ZSCORE").arg(format!("{p}sessions")).arg(sid).query_async(&mut c).await.unwrap();
     assert!(deadline.is_none());
-    let exists: i64 = redis::cmd("EXISTS").arg(format!("{p}s:{sid}")).query_async(&mut c).await.unwrap();
-    assert_eq!(exists, 0);
+    // What stays is the finished marker (a resent finish answers from it), expiring within 60 s.
+    let marker: Vec<u8> = redis::cmd("GET").arg(format!("{p}s:{sid}")).query_async(&mut c).await.unwrap();
+    assert_eq!((marker.len(), marker[0]), (11, b'F'), "{marker:?}");
+    let ttl: i64 = redis::cmd("PTTL").arg(format!("{p}s:{sid}")).query_async(&mut c).await.unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 }
 
 #[tokio::test]
@@ -211,4 +214,26 @@ async fn two_admins_deleting_each_other_at_once_leave_exactly_one() {
         let accounts = dump.iter().find(|(k, _)| k.ends_with(":accounts")).map(|(_, v)| v.clone()).unwrap_or_default();
         assert_eq!(accounts.matches("ROLE_ADMIN").count(), 1, "{accounts}");
     }
+}
+
+#[tokio::test]
+async fn key_orders_cannot_make_two_blocks_each_others_parent() {
+    // write [A]; write [A, B]; fail the first session; write [B, A]: A's record was dropped
+    // while B (naming A as its parent) was being written, and A's new record would name B.
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    let (a, b) = (101, 102);
+    let first = fx.start(&[a]).await;
+    let second = fx.start(&[a, b]).await;
+    assert_eq!(second["locations"].as_array().unwrap().len(), 1, "{second}");
+    assert_ok(&(200, fx.finish(&first, json!({"offset": 0})).await));
+    let third = fx.start(&[b, a]).await;
+    assert_eq!(third["locations"].as_array().unwrap().len(), 1, "{third}");
+    assert_ok(&(200, fx.finish(&second, json!({"offset": 1})).await));
+    assert_ok(&(200, fx.finish(&third, json!({"offset": 1})).await));
+    // Both serve, and one of them is a leaf that eviction can take.
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[a, b], json!({})).await), vec![true, true]);
+    let leaves: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
+    assert!(!leaves.is_empty(), "neither block is a leaf: they are each other's parent");
+    assert!(leaves.iter().all(|k| *k == field(a) || *k == field(b)), "{leaves:?}");
 }
