@@ -40,6 +40,29 @@ async fn removed_blocks_lose_their_files_and_their_metadata() {
 }
 
 #[tokio::test]
+async fn deletions_wait_for_an_unmounted_storage_root_instead_of_leaking_its_files() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let paths = fx.write_files(&[1, 2]).await;
+    // The storage's mount goes away (the root directory is no longer there).
+    let away = fx.root.with_extension("unmounted");
+    std::fs::rename(&fx.root, &away).unwrap();
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2]})).await);
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    let fail = instance_key(&fx.api.namespace, &fx.instance, "del_fail");
+    // The deletion fails and waits (it used to count as done: metadata released, file leaked).
+    wait_until("the deletion fails for the missing root", 10, || async { int("HLEN", &fail).await > 0 }).await;
+    assert_eq!(int("XLEN", &del).await, 1, "the entry stays queued");
+    assert_eq!(int("HLEN", &blocks).await, 2, "block 2's record is kept until its file is gone");
+    // The mount returns: the retry deletes the file and then the metadata.
+    std::fs::rename(&away, &fx.root).unwrap();
+    wait_until("the deletion completes once the root is back", 15, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(paths[0].exists() && !paths[1].exists(), "block 2's file is deleted, block 1's kept");
+    assert_eq!(int("HLEN", &blocks).await, 1);
+}
+
+#[tokio::test]
 async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);

@@ -262,7 +262,34 @@ async fn unlink_everywhere(
         return Ok(());
     };
     let name = Backend::file_name(key, loc);
-    tokio::task::spawn_blocking(move || unlink_in_spec_dirs(&dir, &name)).await.map_err(|e| e.to_string())?
+    let root = backend.root().unwrap_or_default().to_string();
+    let unlink = tokio::task::spawn_blocking(move || {
+        // A missing storage root is not "nothing to delete": an unmounted NFS or 3FS would
+        // otherwise release the metadata and leak the files once the mount returns.
+        root_present(&root)?;
+        unlink_in_spec_dirs(&dir, &name)
+    });
+    // A hung mount must not stall the deleter for every instance: the entry fails and is
+    // retried with backoff (the blocked thread finishes or stays blocked on its own).
+    match tokio::time::timeout(FILE_OP_TIMEOUT, unlink).await {
+        Ok(joined) => joined.map_err(|e| e.to_string())?,
+        Err(_) => Err(format!("deleting timed out after {} s (a hung mount?); will retry", FILE_OP_TIMEOUT.as_secs())),
+    }
+}
+
+/// How long one deletion's file operations may take before the entry counts as failed.
+const FILE_OP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ok when a file-like storage's root is an existing directory (following a link: a root may
+/// well be one); an error naming it otherwise.
+fn root_present(root: &str) -> Result<(), String> {
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("storage root {root} is not a directory; nothing deleted, will retry")),
+        Err(e) => Err(format!(
+            "storage root {root} is missing or unreadable (not mounted?): {e}; nothing deleted, will retry"
+        )),
+    }
 }
 
 /// Unlinks `<dir>/<spec>/<name>` for every spec directory `<spec>` of an instance directory, and
@@ -414,6 +441,18 @@ mod tests {
         unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
         unlink_in_spec_dirs(&dir("gone"), "00ff").unwrap();
         unlink_in_spec_dirs(&dir(&"~2F".repeat(100)), "00ff").unwrap();
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_missing_storage_root_is_an_error_not_nothing_to_delete() {
+        let root = scratch("unmounted");
+        assert!(super::root_present(&format!("{}/", root.display())).is_ok());
+        let gone = format!("{}/not-mounted/", root.display());
+        let e = super::root_present(&gone).unwrap_err();
+        assert!(e.contains("not mounted") && e.contains(&gone), "{e}");
+        fs::write(root.join("file"), b"x").unwrap();
+        assert!(super::root_present(&format!("{}/file", root.display())).unwrap_err().contains("not a directory"));
         fs::remove_dir_all(&root).unwrap();
     }
 
