@@ -12,6 +12,7 @@
 -- KEYS[10] storage_id_seq    counter (not returned)
 -- KEYS[11] storages_unhealthy set of storages that failed their last health check
 -- KEYS[12] api_keys          hash key id -> API key JSON (digest of the token, never the token)
+-- KEYS[13] storage_health    hash storage/worker -> last verdict (not returned)
 -- ARGV    none
 --
 -- Reply: {1, version, storages_flat, disabled, groups_flat, instances_flat, accounts_flat, ids_flat,
@@ -19,7 +20,7 @@
 --   where *_flat are HGETALL-style [field, value, field, value, ...] arrays.
 -- Status codes: 1 only (read-only).
 -- Example: empty registry -> {1, "0", {}, {}, {}, {}, {}, {}, {}, {}}.
-if #KEYS ~= 12 then return redis.error_reply('registry_snapshot: expected 12 keys') end
+if #KEYS ~= 13 then return redis.error_reply('registry_snapshot: expected 13 keys') end
 return {
   1,
   redis.call('GET', KEYS[1]) or '0',

@@ -17,8 +17,12 @@ pub struct RegistryKeys {
     pub storages: String,
     /// Set: names of disabled storages.
     pub storages_disabled: String,
-    /// Set: names of storages that failed their last health check.
+    /// Set: names of storages no worker found healthy in its last check (derived from
+    /// `storage_health`).
     pub storages_unhealthy: String,
+    /// Hash: `<storage>\n<worker id>` → `<1|0>:<unix ms>`, each worker's last health verdict on
+    /// each storage (`registry_set_storage_health.lua`).
+    pub storage_health: String,
     /// Hash: group name → `InstanceGroup` JSON.
     pub groups: String,
     /// Hash: group name → number of registered instances.
@@ -45,6 +49,7 @@ impl RegistryKeys {
             storages: k("storages"),
             storages_disabled: k("storages_disabled"),
             storages_unhealthy: k("storages_unhealthy"),
+            storage_health: k("storage_health"),
             groups: k("groups"),
             group_instances: k("group_instances"),
             instances: k("instances"),
@@ -57,7 +62,7 @@ impl RegistryKeys {
     }
 
     /// Every registry key, in a fixed order (for scripts that read the whole registry).
-    pub fn all(&self) -> [&str; 12] {
+    pub fn all(&self) -> [&str; 13] {
         [
             &self.version,
             &self.storages,
@@ -71,6 +76,7 @@ impl RegistryKeys {
             &self.storage_id_seq,
             &self.storages_unhealthy,
             &self.api_keys,
+            &self.storage_health,
         ]
     }
 }

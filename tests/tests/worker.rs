@@ -432,6 +432,42 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
 }
 
 #[tokio::test]
+async fn one_worker_without_the_mount_does_not_mark_a_storage_unhealthy_for_everyone() {
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let interval = "100";
+    let w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__HEALTH_INTERVAL_MS", interval)]);
+    // A second "worker" on a host where the storage is not mounted, reporting every 100 ms.
+    let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
+    let registry = kvcm_core::registry::Registry::open(conn, &fx.api.namespace, Default::default()).await.unwrap();
+    let healthy = || async {
+        let (_, l) = fx.api.admin("listStorage", json!({})).await;
+        l["storage"][0]["is_healthy"].as_bool().unwrap()
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reporter = {
+        let (registry, stop) = (registry.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                registry.set_storage_health("files", false, "host-without-mount", 300).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    // For 2 s both report; the worker that sees the mount keeps the storage healthy throughout.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(healthy().await, "one worker's failed check marked the storage unhealthy for all");
+        let s = fx.start(&[1]).await;
+        assert_eq!(code(&s), "OK", "{s}");
+    }
+    // Once no worker that sees it healthy reports any more, the failing verdicts decide.
+    drop(w);
+    wait_until("the storage is unhealthy with only failing verdicts left", 10, || async { !healthy().await }).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    reporter.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_lowered_quota_takes_effect_without_restarting_the_worker() {
     let fx = Fixture::new(&[("tp0", 10)], 1, quota_group(10_000, "POLICY_LRU")).await;
     fx.write_files(&(1..=10).collect::<Vec<_>>()).await;

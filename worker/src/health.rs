@@ -1,7 +1,9 @@
-//! Storage health checks: every `health_interval_ms`, each storage is probed and its result
-//! recorded in the registry (`registry_set_storage_health.lua`, a change bumps the registry
-//! version). Unhealthy storages are skipped by startWriteCache and weighted out of reads until a
-//! check passes again.
+//! Storage health checks: every `health_interval_ms`, each storage is probed and the worker's
+//! verdict recorded in the registry (`registry_set_storage_health.lua`). A storage is unhealthy
+//! while no worker's verdict of the last three intervals finds it healthy — one worker on a host
+//! without the mount does not stop writes cluster-wide — and a change bumps the registry
+//! version. Unhealthy storages are skipped by startWriteCache and weighted out of reads until a
+//! worker's check passes again.
 //!
 //! Probes: `file` / `hf3fs` — the root directory exists (it is not created: a missing root
 //! usually means an unmounted NFS or 3FS, and writing to the local disk underneath would be
@@ -38,7 +40,9 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         let result = probe(&Backend::of(cfg), &w.id).await;
         let healthy = result.is_ok();
         w.metrics.storage_healthy.with_label_values(&[name]).set(healthy as i64);
-        let changed = match w.registry.set_storage_health(name, healthy).await {
+        // A verdict counts for three probe intervals: a stopped worker's soon stops counting.
+        let fresh_ms = w.config.worker.health_interval_ms.saturating_mul(3);
+        let changed = match w.registry.set_storage_health(name, healthy, &w.id, fresh_ms).await {
             Ok(c) => c,
             Err(kvcm_core::Error::Status { .. }) => continue, // removed meanwhile
             Err(e) => return Err(e.into()),

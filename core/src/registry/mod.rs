@@ -444,15 +444,18 @@ impl Registry {
         .map(drop)
     }
 
-    /// Records a worker's health check of a storage (bumps the version only on a change).
-    pub async fn set_storage_health(&self, name: &str, healthy: bool) -> Result<bool> {
+    /// Records worker `worker`'s health check of a storage; the storage is unhealthy only while
+    /// no worker's verdict younger than `fresh_ms` finds it healthy. Returns whether the
+    /// storage's health changed (the version bumps only then).
+    pub async fn set_storage_health(&self, name: &str, healthy: bool, worker: &str, fresh_ms: u64) -> Result<bool> {
         let k = &self.keys;
         let flag = if healthy { "1" } else { "0" };
+        let (now, fresh) = (crate::store::now_ms().to_string(), fresh_ms.to_string());
         let changed = self
             .run(
                 &scripts::REGISTRY_SET_STORAGE_HEALTH,
-                &[&k.version, &k.storages, &k.storages_unhealthy],
-                &[name, flag],
+                &[&k.version, &k.storages, &k.storages_unhealthy, &k.storage_health],
+                &[name, flag, worker, &now, &fresh],
             )
             .await?;
         Ok(changed == "1")
