@@ -260,7 +260,10 @@ impl<T: Fields + Default> IntoResponse for Reply<T> {
         match self.0 {
             Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), body),
             Err(e) => {
-                if e.is_internal() {
+                if e.is_unavailable() {
+                    // Expected during a failover, once per request: not an error of kvcm's.
+                    tracing::warn!(error = %e, "request failed: the metadata store is unavailable");
+                } else if e.is_internal() {
                     tracing::error!(error = %e, "request failed");
                 }
                 // Domain errors are HTTP 200 (Tair's convention); a credential acting beyond

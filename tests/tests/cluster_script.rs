@@ -20,9 +20,19 @@ fn cli(port: u16, args: &[&str]) -> String {
 }
 
 /// A base port for this test's nodes (6 ports and their bus ports at +10000), away from the
-/// ports other tests and `make run` use.
+/// ports other tests and `make run` use and below the ephemeral range (32768 and up).
 fn base_port() -> u16 {
-    21000 + (std::process::id() % 1500) as u16 * 6
+    12000 + (std::process::id() % 1400) as u16 * 6
+}
+
+/// Stops a cluster of this test's when dropped, also when an assertion fails.
+struct Stop(Vec<String>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let args: Vec<&str> = self.0.iter().map(String::as_str).collect();
+        script(&args);
+    }
 }
 
 #[test]
@@ -31,6 +41,7 @@ fn a_cluster_left_half_dead_by_an_unclean_stop_is_rebuilt_and_foreign_ports_are_
     let b = base.to_string();
     let dir = repo_root().join(".kvcm/test-tmp").join(unique("stale-cluster"));
     let d = dir.to_str().unwrap();
+    let _stop = Stop(["stop", "--base-port", &b, "--replicas", "1", "--dir", d].map(String::from).to_vec());
     let (ok, out) = script(&["start", "--base-port", &b, "--replicas", "1", "--dir", d]);
     assert!(ok, "{out}");
     // An unclean stop that left some nodes running: the cluster they form is down, and its
@@ -50,11 +61,11 @@ fn a_cluster_left_half_dead_by_an_unclean_stop_is_rebuilt_and_foreign_ports_are_
     // Something else on one of the ports: refused with the reason, and left running.
     let foreign = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
     let other = repo_root().join(".kvcm/test-tmp").join(unique("foreign"));
+    let _stop_other = Stop(["stop", "--base-port", &b, "--dir", other.to_str().unwrap()].map(String::from).to_vec());
     let (ok, out) = script(&["start", "--base-port", &b, "--dir", other.to_str().unwrap()]);
     assert!(!ok, "started over a foreign process: {out}");
     assert!(out.contains(&format!("port {} is taken by a process this script did not start", base + 1)), "{out}");
     assert!(foreign.local_addr().is_ok());
     assert!(std::net::TcpStream::connect(("127.0.0.1", base)).is_err(), "a node was started before the refusal");
     drop(foreign);
-    script(&["stop", "--base-port", &b, "--dir", other.to_str().unwrap()]);
 }

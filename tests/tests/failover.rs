@@ -58,7 +58,7 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     .await
     .expect("reads kept succeeding with the slot unserved");
     assert_retry_later(&down, "slot not served");
-    // Writes too, and nothing is half done.
+    // Writes too (here the script never ran: the slot had no node).
     let (status, start) =
         fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [21, 22]})).await;
     assert_eq!((status, code(&start)), (503, "SERVICE_NOT_READY"), "{start}");
@@ -80,14 +80,16 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     .await
     .expect("reads kept succeeding with Valkey down");
     assert_retry_later(&down, "node down");
+    // Back, without its data (the test node keeps none): requests are answered again — HTTP 200
+    // with whatever the store now says — instead of 503.
     valkey.restart();
     let back = eventually(Duration::from_secs(30), || async {
         raw_read(&fx.api, &fx.instance, &keys).await.filter(|r| r.status == 200)
     })
     .await
-    .expect("reads did not recover once Valkey was back");
+    .expect("requests were not answered again once Valkey was back");
     let reply: Value = serde_json::from_str(&back.body).unwrap();
-    assert_eq!(code(&reply), "OK", "{reply}");
+    assert_ne!(code(&reply), "SERVICE_NOT_READY", "{reply}");
 }
 
 // Multi-threaded: the proxy's tasks must run while Api::start blocks this thread.

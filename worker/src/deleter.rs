@@ -273,9 +273,12 @@ async fn unlink_everywhere(
     // retried with backoff (the blocked thread finishes or stays blocked on its own).
     match tokio::time::timeout(FILE_OP_TIMEOUT, unlink).await {
         Ok(joined) => joined.map_err(|e| e.to_string())?,
-        Err(_) => Err(format!("deleting timed out after {} s (a hung mount?); will retry", FILE_OP_TIMEOUT.as_secs())),
+        Err(_) => Err(format!("{TIMED_OUT} after {} s (a hung mount?); will retry", FILE_OP_TIMEOUT.as_secs())),
     }
 }
+
+/// How a timed-out deletion's error starts.
+const TIMED_OUT: &str = "deleting timed out";
 
 /// How long one deletion's file operations may take before the entry counts as failed.
 const FILE_OP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -396,8 +399,17 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
         (b"attempts", attempts_text.as_bytes()),
         (b"entry", entry.id.as_bytes()),
     ]);
-    let (key, loc) = (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default());
-    w.data.dead_letter(keys, GROUP, &entry.id, &key, &loc, &fields).await?;
+    // After a timed-out attempt an unlink may still be running on a hung mount: the key stays
+    // held (its location stays 'X'), so that no new write of it can start on the same path
+    // and lose its file to that unlink. Otherwise the key is freed for new writes.
+    let (key, loc) = if why.starts_with(TIMED_OUT) {
+        (Vec::new(), Vec::new())
+    } else {
+        (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default())
+    };
+    if w.data.dead_letter(keys, GROUP, &entry.id, &key, &loc, &fields).await?.is_none() {
+        return Ok(()); // already completed by someone else
+    }
     w.metrics.dead_letters.inc();
     tracing::error!(stream = %keys.del, id = %entry.id, error = %why, "deletion moved to the dead-letter stream");
     Ok(())

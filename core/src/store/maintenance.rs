@@ -74,7 +74,8 @@ impl DataPlane {
 
     /// Gives up on a deletion: moves its entry to the dead-letter stream with `fields`, and
     /// drops the location from the key's record so the key can be written again (see
-    /// `lua/dead_letter.lua`). Returns whether a location was dropped.
+    /// `lua/dead_letter.lua`; an empty `key` leaves the record as it is). Returns whether a
+    /// location was dropped, or `None` when the entry was already gone.
     #[allow(clippy::too_many_arguments, reason = "one argument per script input")]
     pub async fn dead_letter(
         &self,
@@ -84,7 +85,7 @@ impl DataPlane {
         key: &[u8],
         loc: &[u8],
         fields: &[(&[u8], &[u8])],
-    ) -> Result<bool> {
+    ) -> Result<Option<bool>> {
         let mut args: Vec<&[u8]> = vec![group.as_bytes(), id.as_bytes(), key, loc];
         for (k, v) in fields {
             args.push(k);
@@ -93,7 +94,7 @@ impl DataPlane {
         let r =
             self.run(&scripts::DEAD_LETTER, &[&keys.blocks, &keys.del, &keys.del_dead, &keys.del_fail], &args).await?;
         let released: i64 = super::first(r)?;
-        Ok(released == 1)
+        Ok((released >= 0).then_some(released == 1))
     }
 
     /// Before unlinking an unpacked block's file: `"unlink"`, `"keep"` (a newer write owns the
