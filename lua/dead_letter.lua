@@ -28,24 +28,7 @@ end
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return {1, -1} end
 local key, want = ARGV[3], ARGV[4]
 local released = 0
-if #key == 8 and (#want == 14 or #want == 26) then
-  local rec = redis.call('HGET', KEYS[1], key)
-  if rec then
-    for _, p in ipairs(locs(rec)) do
-      local st = loc_state(rec, p)
-      if (st == 'D' or st == 'X') and loc_bytes(rec, p):sub(2) == want:sub(2) then
-        rec = remove_loc(rec, p)
-        if #rec == HDR and rec_children(rec) == 0 then
-          redis.call('HDEL', KEYS[1], key)
-        else
-          redis.call('HSET', KEYS[1], key, rec)
-        end
-        released = 1
-        break
-      end
-    end
-  end
-end
+if #key == 8 and (#want == 14 or #want == 26) then released = drop_deleting(KEYS[1], key, want) end
 if #ARGV > 4 then
   redis.call('XADD', KEYS[3], '*', unpack(ARGV, 5))
 else

@@ -21,24 +21,7 @@ if #key ~= 8 or (#want ~= 14 and #want ~= 26) then return {5, 'bad key or locati
 -- The entry is the once-only token: a redelivered entry that was already released (and
 -- removed from the stream) must not release its packed-file slot again.
 if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return {1, 0, 0} end
-local removed, queued = 0, 0
-local rec = redis.call('HGET', KEYS[1], key)
-if rec then
-  for _, p in ipairs(locs(rec)) do
-    local l = loc_bytes(rec, p)
-    local st = loc_state(rec, p)
-    if (st == 'D' or st == 'X') and l:sub(2) == want:sub(2) then
-      rec = remove_loc(rec, p)
-      if #rec == HDR and rec_children(rec) == 0 then
-        redis.call('HDEL', KEYS[1], key)
-      else
-        redis.call('HSET', KEYS[1], key, rec)
-      end
-      removed = 1
-      break
-    end
-  end
-end
+local removed, queued = drop_deleting(KEYS[1], key, want), 0
 if #want == 26 then
   local fid = want:sub(15, 26)
   -- No count (dropped by TS_REMOVE_ALL_META): the file is not kvcm's to delete any more.

@@ -174,6 +174,27 @@ local function session_loc(sess, j)
   return sess:sub(off, off + 7), struct.unpack('<I4', sess, off + 8), loc
 end
 
+-- Drops a location being deleted ('D' or 'X', matching `want` but for its state byte) from
+-- `key`'s record in the hash `blocks`, deleting a record left with nothing to hold. Returns 1 if
+-- it was there, else 0.
+local function drop_deleting(blocks, key, want)
+  local rec = redis.call('HGET', blocks, key)
+  if not rec then return 0 end
+  for _, p in ipairs(locs(rec)) do
+    local st = loc_state(rec, p)
+    if (st == 'D' or st == 'X') and loc_bytes(rec, p):sub(2) == want:sub(2) then
+      rec = remove_loc(rec, p)
+      if #rec == HDR and rec_children(rec) == 0 then
+        redis.call('HDEL', blocks, key)
+      else
+        redis.call('HSET', blocks, key, rec)
+      end
+      return 1
+    end
+  end
+  return 0
+end
+
 -- Queues a location for physical deletion (the deleter removes its metadata afterwards).
 local function queue_delete(K, key, loc, reason)
   redis.call('XADD', K.del, '*', 'k', key, 'l', loc, 'r', reason)
