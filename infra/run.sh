@@ -14,15 +14,33 @@ bin="$KVCM_ROOT/target/$profile"
 
 started_cluster=""
 pids=()
+pidfile="$KVCM_HOME/run.pids"
 cleanup() {
   trap - INT TERM EXIT
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -f "$pidfile"
   if [ -n "$started_cluster" ]; then "$KVCM_ROOT/infra/valkey-cluster.sh" stop >/dev/null 2>&1 || true; fi
   log "stopped"
 }
 trap cleanup EXIT
 trap 'cleanup; exit 0' INT TERM
+
+# kvcm processes of an earlier run that did not stop cleanly (a killed shell leaves them
+# running, holding the ports): ours if their executable is this checkout's binary.
+if [ -f "$pidfile" ]; then
+  while read -r p; do
+    exe="$(readlink "/proc/$p/exe" 2>/dev/null || true)"
+    case "$exe" in
+      "$KVCM_ROOT"/target/*/kvcm-api | "$KVCM_ROOT"/target/*/kvcm-worker)
+        log "stopping $(basename "$exe") (pid $p) left over from an earlier run"
+        kill -TERM "$p" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        kill -9 "$p" 2>/dev/null || true ;;
+    esac
+  done <"$pidfile"
+  rm -f "$pidfile"
+fi
 
 if [ -z "${KVCM_VALKEY_URL:-}" ]; then
   KVCM_VALKEY_URL="$("$KVCM_ROOT/infra/valkey-cluster.sh" start)"
@@ -56,6 +74,7 @@ log "kvcm-api pid ${pids[-1]}; Valkey at $KVCM_VALKEY_URL; data under $data"
 pids+=($!)
 log "kvcm-worker pid ${pids[-1]}; metrics on http://127.0.0.1:${KVCM_WORKER__METRICS_PORT:-6592}/metrics"
 log "meta plane:  http://127.0.0.1:${KVCM_META_PORT:-6382}   admin plane: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}   metrics: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}/metrics"
+printf '%s\n' "${pids[@]}" >"$pidfile"
 log "press Ctrl-C to stop"
 # Serve until any process exits or we are signalled.
 wait -n "${pids[@]}"
