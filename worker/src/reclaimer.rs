@@ -59,7 +59,7 @@ pub async fn reclaim_group(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -
     let Some(lease) = w.data.group_lease_acquire(&group.name, &w.id, w.config.worker.lease_ms).await? else {
         return Ok(0); // another worker is reclaiming this group
     };
-    let result = reclaim_group_leased(w, snap, group).await;
+    let result = reclaim_group_leased(w, snap, group, &lease).await;
     w.data.group_lease_release(&group.name, &lease).await?;
     result
 }
@@ -119,21 +119,28 @@ async fn group_usage<'a>(
 
 /// Under the group lease: usage read again (another worker may just have reclaimed), then each
 /// excess evicted.
-async fn reclaim_group_leased(w: &Worker, snap: &Snapshot, group: &InstanceGroup) -> anyhow::Result<i64> {
+async fn reclaim_group_leased(
+    w: &Worker,
+    snap: &Snapshot,
+    group: &InstanceGroup,
+    group_lease: &str,
+) -> anyhow::Result<i64> {
     let (total, by_type, usage) = group_usage(w, snap, group).await?;
     let mut freed = 0;
     for (scope, need) in over_watermarks(group, total, &by_type) {
-        freed += reclaim(w, snap, group, &usage, need, scope).await?;
+        freed += reclaim(w, snap, group, group_lease, &usage, need, scope).await?;
     }
     Ok(freed)
 }
 
 /// Evicts at least `need` bytes from the group's instances (largest first), optionally only
 /// from storages of one type.
+#[allow(clippy::too_many_arguments, reason = "the round's context, one argument each")]
 async fn reclaim(
     w: &Worker,
     snap: &Snapshot,
     group: &InstanceGroup,
+    group_lease: &str,
     usage: &[(&str, InstanceUsage)],
     need: i64,
     only_type: Option<StorageType>,
@@ -154,6 +161,13 @@ async fn reclaim(
         };
         let Some(inst) = snap.instances.get(*instance) else { continue };
         let sizes = backend::group_sizes(inst);
+        // The group's lease is renewed before each instance, so a round longer than `lease_ms`
+        // never lets a second worker start evicting the same excess; losing it ends the round.
+        let renewed = w.data.group_lease_acquire(&group.name, &w.id, w.config.worker.lease_ms).await?;
+        if renewed.as_deref() != Some(group_lease) {
+            tracing::warn!(group = %group.name, "group reclaim lease lost mid-round; stopping");
+            break;
+        }
         let Some(lease) = w.data.lease_acquire(instance, &w.id, w.config.worker.lease_ms).await? else {
             continue; // another worker is reclaiming this instance
         };
