@@ -236,10 +236,13 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     // Make the file undeletable: replace it with a non-empty directory.
     std::fs::remove_file(&paths[0]).unwrap();
     std::fs::create_dir_all(paths[0].join("x")).unwrap();
-    let _w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__MAX_DELETE_ATTEMPTS", "3")]);
+    let w = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__MAX_DELETE_ATTEMPTS", "3")]);
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
     let dead = instance_key(&fx.api.namespace, &fx.instance, "del_dead");
     wait_until("the entry is dead-lettered", 10, || async { int("XLEN", &dead).await == 1 }).await;
+    // Operators see it per instance.
+    let gauge = format!("kvcm_worker_dead_letter_entries{{instance=\"{}\"}}", fx.instance);
+    wait_until("the worker reports the dead letter", 10, || async { w.metric(&gauge).await == 1.0 }).await;
     let mut c = valkey().await;
     let entries: Vec<redis::Value> =
         redis::cmd("XRANGE").arg(&dead).arg("-").arg("+").query_async(&mut c).await.unwrap();

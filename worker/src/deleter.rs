@@ -120,6 +120,8 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
     }
     let len: i64 = redis::cmd("XLEN").arg(&keys.del).query_async(&mut conn).await.unwrap_or(0);
     w.metrics.stream_length.with_label_values(&[instance]).set(len);
+    let dead: i64 = redis::cmd("XLEN").arg(&keys.del_dead).query_async(&mut conn).await.unwrap_or(0);
+    w.metrics.dead_letter_entries.with_label_values(&[instance]).set(dead);
     let pending: redis::Value = redis::cmd("XPENDING").arg(&keys.del).arg(GROUP).query_async(&mut conn).await?;
     if let redis::Value::Array(v) = pending
         && let Some(redis::Value::Int(n)) = v.first()

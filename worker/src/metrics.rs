@@ -23,6 +23,7 @@ pub struct Metrics {
     pub reclaim_seconds: Histogram,
     pub stream_length: IntGaugeVec,
     pub stream_pending: IntGaugeVec,
+    pub dead_letter_entries: IntGaugeVec,
     pub storage_healthy: IntGaugeVec,
     pub usage: GaugeVec,
     pub quota: GaugeVec,
@@ -64,6 +65,14 @@ impl Metrics {
                 &["instance"],
             )
             .expect("metric"),
+            dead_letter_entries: IntGaugeVec::new(
+                Opts::new(
+                    "kvcm_worker_dead_letter_entries",
+                    "Deletions given up on, waiting in an instance's dead-letter stream for an operator",
+                ),
+                &["instance"],
+            )
+            .expect("metric"),
             storage_healthy: IntGaugeVec::new(
                 Opts::new("kvcm_storage_healthy", "1 if the storage passed its last health check"),
                 &["storage"],
@@ -92,6 +101,7 @@ impl Metrics {
             Box::new(m.stream_length.clone()),
             Box::new(m.storage_healthy.clone()),
             Box::new(m.stream_pending.clone()),
+            Box::new(m.dead_letter_entries.clone()),
             Box::new(m.usage.clone()),
             Box::new(m.quota.clone()),
             Box::new(m.ratio.clone()),
