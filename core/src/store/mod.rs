@@ -100,14 +100,14 @@ impl DataPlane {
         for part in parts {
             match part {
                 redis::Value::Array(v) => values.extend(v),
-                other => return Err(Error::internal(format!("HMGET answered {other:?}, not an array"))),
+                other => return Err(Error::internal(format!("HMGET answered {}, not an array", shown(&other)))),
             }
         }
         if values.len() != blocks.len() {
             return Err(Error::internal(format!("HMGET answered {} values for {} fields", values.len(), blocks.len())));
         }
         if let Some(odd) = values.iter().find(|v| !matches!(v, redis::Value::BulkString(_) | redis::Value::Nil)) {
-            return Err(Error::internal(format!("HMGET answered {odd:?} for a field")));
+            return Err(Error::internal(format!("HMGET answered {} for a field", shown(odd))));
         }
         Ok(Records(values))
     }
@@ -132,6 +132,12 @@ impl DataPlane {
         let message: String = reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         crate::scripts::status_reply((code, message)).map(|_| Vec::new())
     }
+}
+
+/// A reply value for a log line, cut short (an unexpected reply may be megabytes).
+fn shown(v: &redis::Value) -> String {
+    let text = format!("{v:?}");
+    text.chars().take(200).collect()
 }
 
 /// The records an HMGET answered, one per requested block (a bulk string or nil each), read
