@@ -94,7 +94,7 @@ async fn the_meta_and_admin_planes_serve_the_smoke_as_two_lambda_functions() {
         assert_eq!(function.get("/api/healthy").await, (200, r#"{"status":"OK"}"#.to_string()));
     }
     let (status, metrics) = admin.get("/metrics").await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "GET /metrics through the emulator: {metrics}");
     assert!(metrics.contains("plane=\"admin\""), "the admin function's own requests are counted:\n{metrics}");
 }
 
