@@ -13,7 +13,8 @@
 -- ARGV[2] success_blocks over the session's locations: "o<k>" (the first k succeeded) or
 --         "b<flags>" with one '1'/'0' per location
 -- ARGV[3] optional "expire": the worker's expirer failing a session past its deadline (every
---         location fails; a session not yet past its deadline is left alone, reply {1, -1})
+--         location fails; a session not yet past its deadline, or already finished, is left
+--         alone, reply {1, -1})
 --
 -- Reply: {1, successes} | {5, message} (unknown, finished or expired session; mask of the wrong
 --        length) — nothing changes on an error; an expired session is left to the expirer.
@@ -33,8 +34,9 @@ local sess = redis.call('GET', KEYS[2])
 local function mask_tag(m) return redis.sha1hex(m):sub(1, 6) end
 if sess and #sess == 11 and sess:sub(1, 1) == 'F' then
   if expire then
+    -- Finished just before the expirer got to it: nothing to expire (not counted as expired).
     redis.call('ZREM', KEYS[3], ARGV[1])
-    return {1, 0}
+    return {1, -1}
   end
   if sess:sub(6) == mask_tag(ARGV[2]) then return {1, (struct.unpack('<I4', sess, 2))} end
   return {5, "write session '" .. ARGV[1] .. "' is already finished (with other success_blocks)"}

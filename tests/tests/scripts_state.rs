@@ -237,3 +237,20 @@ async fn key_orders_cannot_make_two_blocks_each_others_parent() {
     assert!(!leaves.is_empty(), "neither block is a leaf: they are each other's parent");
     assert!(leaves.iter().all(|k| *k == field(a) || *k == field(b)), "{leaves:?}");
 }
+
+#[tokio::test]
+async fn the_expirer_does_not_count_a_session_finished_just_before_it() {
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    let s = fx.start(&[1, 2]).await;
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 2})).await));
+    // The expirer read the session as due just before the finish removed it.
+    let mut c = valkey().await;
+    let sid = s["write_session_id"].as_str().unwrap();
+    let _: () = redis::cmd("ZADD").arg(format!("{p}sessions")).arg(0).arg(sid).query_async(&mut c).await.unwrap();
+    let data = kvcm_core::store::DataPlane::new(c.clone(), &fx.api.namespace, Default::default());
+    assert_eq!(data.expire_sessions(&fx.instance, 10).await.unwrap(), 0, "a finished session counted as expired");
+    let left: i64 = redis::cmd("ZCARD").arg(format!("{p}sessions")).query_async(&mut c).await.unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2], json!({})).await), vec![true, true], "still serving");
+}
