@@ -14,13 +14,15 @@
 -- ARGV[7] stop once this many bytes are freed ("0" = only N limits)
 -- ARGV[8] index offset to start from (leaves skipped by an earlier call: other storages)
 --
--- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {5, message}
---        (lease lost or bad argument). With a storage filter, a call looks at no more than 4N
+-- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {1, -1} (the lease
+--        is not the caller's any more: nothing done) | {5, message} (bad argument). With a storage filter, a call looks at no more than 4N
 --        leaves; the caller continues from `next offset` until `exhausted`.
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
 --          when C went), lru = {A}; reply {1, 2, bytes}.
 if #KEYS ~= 7 or #ARGV ~= 8 then return redis.error_reply('evict: expected 7 keys, 8 args') end
-if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {5, 'reclaim lease lost'} end
+-- A lost lease is an outcome of its own, not an error: a bad argument (a bug) must not read
+-- as one.
+if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {1, -1} end
 local sizes = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
 local index = (ARGV[2] == 'lfu') and KEYS[4] or KEYS[3]

@@ -231,8 +231,8 @@ async fn evict_instance(
                     )
                     .await
                 {
-                    Ok(r) => r,
-                    Err(kvcm_core::Error::Status { .. }) => return Ok((freed, true)), // lease lost
+                    Ok(Some(r)) => r,
+                    Ok(None) => return Ok((freed, true)), // lease lost
                     Err(e) => return Err(e.into()),
                 };
                 freed += r.bytes;

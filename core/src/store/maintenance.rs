@@ -158,7 +158,8 @@ impl DataPlane {
 
     /// Evicts up to `n` serving leaves by `index` (only those accessed before `before_ms`, and only
     /// on `storage` when given), under `lease`, stopping once `budget` bytes are freed (0 = no
-    /// byte limit), starting `offset` leaves into the index. Returns what it did.
+    /// byte limit), starting `offset` leaves into the index. Returns what it did, or `None` when
+    /// `lease` is no longer the caller's (nothing was done).
     #[allow(clippy::too_many_arguments, reason = "one argument per script parameter")]
     pub async fn evict(
         &self,
@@ -171,7 +172,7 @@ impl DataPlane {
         lease: &str,
         budget: i64,
         offset: i64,
-    ) -> Result<Evicted> {
+    ) -> Result<Option<Evicted>> {
         let keys = self.keys(instance_id);
         let sizes = group_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
         let index = match index {
@@ -203,6 +204,10 @@ impl DataPlane {
             .await?;
         let mut it = r.into_iter().map(redis::from_redis_value::<i64>);
         let mut next = || -> Result<i64> { Ok(it.next().transpose()?.unwrap_or(0)) };
-        Ok(Evicted { blocks: next()?, bytes: next()?, next_offset: next()?, exhausted: next()? == 1 })
+        let blocks = next()?;
+        if blocks < 0 {
+            return Ok(None); // the lease is not the caller's any more
+        }
+        Ok(Some(Evicted { blocks, bytes: next()?, next_offset: next()?, exhausted: next()? == 1 }))
     }
 }
