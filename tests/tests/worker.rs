@@ -63,6 +63,33 @@ async fn deletions_wait_for_an_unmounted_storage_root_instead_of_leaking_its_fil
 }
 
 #[tokio::test]
+async fn remove_storage_waits_for_sessions_open_and_deletions_queued_on_it() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let other = fx.root.with_extension("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let add = json!({"storage": {"global_unique_name": "other", "nfs": {"root_path": other.to_str().unwrap()}}});
+    assert_ok(&fx.api.admin("addStorage", add).await);
+    // A write is open on "files" when the group moves to "other".
+    let s = fx.start(&[1, 2]).await;
+    assert_eq!(code(&s), "OK", "{s}");
+    let (_, g) = fx.api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    let mut group = g["instance_group"].clone();
+    group["storage_candidates"] = json!(["other"]);
+    group["version"] = json!(2);
+    assert_ok(&fx.api.admin("updateInstanceGroup", json!({"instance_group": group, "current_version": 1})).await);
+    let remove = || fx.api.admin("removeStorage", json!({"storage_unique_name": "files"}));
+    assert_err(&remove().await, "INVALID_ARGUMENT", "1 write session(s) open and 0 deletion(s) queued");
+    // The engine fails the write: its two locations wait for the deleter.
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 0})).await));
+    assert_err(&remove().await, "INVALID_ARGUMENT", "0 write session(s) open and 2 deletion(s) queued");
+    // Writes on the other storage do not hold it up.
+    fx.write(&[7]).await;
+    // Once a worker has deleted them, the storage can go.
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    wait_until("removeStorage succeeds", 15, || async { code(&remove().await.1) == "OK" }).await;
+}
+
+#[tokio::test]
 async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);

@@ -47,6 +47,16 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<StorageNa
                              remove them (removeCache / trimCache) and let the workers delete them first"
                         )));
                     }
+                    // Files being written, or waiting to be deleted, would be left without an
+                    // owner: the deleter needs the storage's configuration to delete them.
+                    let (sessions, deletions) = s.data.pending_on_storage(instance, id).await?;
+                    if sessions + deletions > 0 {
+                        return Err(Error::invalid(format!(
+                            "storage '{name}' still has {sessions} write session(s) open and {deletions} \
+                             deletion(s) queued for instance '{instance}'; let the sessions finish or expire \
+                             and the workers delete the files, then remove it"
+                        )));
+                    }
                 }
             }
             s.registry.remove_storage(name).await.map(|_| Empty {})

@@ -53,6 +53,50 @@ pub fn parse_usage(fields: &HashMap<String, i64>) -> HashMap<u16, (i64, i64)> {
 
 impl DataPlane {
     /// One instance's usage per storage id: (bytes, blocks).
+    /// Work of an instance still tied to storage `storage`: write sessions open on it and
+    /// deletions queued for it (entries whose storage is unknown, a trim's trash, count too).
+    /// What `removeStorage` waits for, so that no file on the storage is left without an owner.
+    pub async fn pending_on_storage(&self, instance_id: &str, storage: u16) -> Result<(usize, usize)> {
+        let keys = self.keys(instance_id);
+        let mut conn = self.conn();
+        let ids: Vec<String> = redis::cmd("ZRANGE").arg(&keys.sessions).arg(0).arg(-1).query_async(&mut conn).await?;
+        let mut sessions = 0;
+        for id in ids {
+            let record: Option<Vec<u8>> = redis::cmd("GET").arg(keys.session(&id)).query_async(&mut conn).await?;
+            // Session record: 12-byte header, then entries of key (8) | bytes (4) | location,
+            // whose storage id is the u16 after the location's state byte (lua/lib/record.lua).
+            // A session without new locations, or finished, holds nothing.
+            if let Some(id) = record.as_deref().and_then(|r| r.get(25..27)) {
+                sessions += (u16::from_le_bytes([id[0], id[1]]) == storage) as usize;
+            }
+        }
+        let mut deletions = 0;
+        let mut from = "-".to_string();
+        loop {
+            let page: Vec<(String, HashMap<String, Vec<u8>>)> = redis::cmd("XRANGE")
+                .arg(&keys.del)
+                .arg(&from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            from = format!("({last}");
+            for (_, fields) in &page {
+                let on = match fields.get("l").and_then(|l| l.get(1..3)) {
+                    Some(id) => u16::from_le_bytes([id[0], id[1]]) == storage,
+                    None => true,
+                };
+                deletions += on as usize;
+            }
+            if page.len() < 1000 {
+                break;
+            }
+        }
+        Ok((sessions, deletions))
+    }
+
     pub async fn instance_usage(&self, instance_id: &str) -> Result<HashMap<u16, (i64, i64)>> {
         let fields: HashMap<String, i64> =
             redis::cmd("HGETALL").arg(&self.keys(instance_id).usage).query_async(&mut self.conn()).await?;
