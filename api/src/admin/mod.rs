@@ -27,7 +27,11 @@ pub fn rpcs() -> Rpcs {
         .rpc("updateStorage", storage::update, "Change a storage backend's configuration")
         .rpc("enableStorage", storage::enable, "Let new blocks be written to a storage")
         .rpc("disableStorage", storage::disable, "Stop writing new blocks to a storage")
-        .rpc("removeStorage", storage::remove, "Remove a storage no group uses and no block is on")
+        .rpc(
+            "removeStorage",
+            storage::remove,
+            "Remove a storage no group uses, no block is on and no write or deletion is pending on",
+        )
         .rpc("listStorage", storage::list, "Every storage backend")
         .rpc("createInstanceGroup", group::create, "Create an instance group (storages, quota, eviction)")
         .rpc("updateInstanceGroup", group::update, "Replace a group; optimistic on `current_version`")
