@@ -1227,7 +1227,7 @@ pub fn lambda_start_failure(namespace: &str, env: &[(&str, &str)]) -> Failed {
 }
 
 /// A TCP proxy in front of one Valkey node that can lose a reply the way a dropped connection
-/// does: the request reaches Valkey and runs, and the connection is reset before its reply gets
+/// does: the request reaches Valkey and runs, and the connection is closed before its reply gets
 /// back — what makes a client resend a request that already took effect. Point the node's
 /// `cluster-announce-port` at [`ReplyDropper::port`] so cluster clients stay behind it.
 pub struct ReplyDropper {
@@ -1281,7 +1281,8 @@ impl ReplyDropper {
                             break;
                         }
                         if lose_reply.load(Ordering::SeqCst) {
-                            // Reset the client's connection instead of answering.
+                            // Close the client's connection (FIN) instead of answering: to the
+                            // client, a connection lost with a request in flight.
                             dropped.fetch_add(1, Ordering::SeqCst);
                             break;
                         }
