@@ -54,7 +54,7 @@ pub fn parse_usage(fields: &HashMap<String, i64>) -> HashMap<u16, (i64, i64)> {
 impl DataPlane {
     /// One instance's usage per storage id: (bytes, blocks).
     /// Work of an instance still tied to storage `storage`: write sessions open on it and
-    /// deletions queued for it (entries whose storage is unknown, a trim's trash, count too).
+    /// deletions queued for it.
     /// What `removeStorage` waits for, so that no file on the storage is left without an owner.
     pub async fn pending_on_storage(&self, instance_id: &str, storage: u16) -> Result<(usize, usize)> {
         let keys = self.keys(instance_id);
@@ -84,9 +84,11 @@ impl DataPlane {
             let Some((last, _)) = page.last() else { break };
             from = format!("({last}");
             for (_, fields) in &page {
-                let on = match fields.get("l").and_then(|l| l.get(1..3)) {
-                    Some(id) => u16::from_le_bytes([id[0], id[1]]) == storage,
-                    None => true,
+                // A trim's trash names no storage until a worker expands it into one entry per
+                // location (which then counts); an entry with a location too short to read counts.
+                let on = match fields.get("l") {
+                    Some(l) => l.get(1..3).is_none_or(|id| u16::from_le_bytes([id[0], id[1]]) == storage),
+                    None => false,
                 };
                 deletions += on as usize;
             }
