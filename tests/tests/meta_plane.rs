@@ -553,7 +553,16 @@ async fn a_storage_that_still_holds_blocks_cannot_be_removed() {
     )
     .await;
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
-    assert_ok(&fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await);
+    // Their deletions wait for a worker, which needs the storage to delete the files.
+    let (_, refused) = fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await;
+    assert_err(&(200, refused), "INVALID_ARGUMENT", "2 deletion(s) queued");
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let removed = eventually(std::time::Duration::from_secs(15), || async {
+        let (_, r) = fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await;
+        (code(&r) == "OK").then_some(())
+    })
+    .await;
+    assert!(removed.is_some(), "removeStorage still refused once the worker had deleted the files");
 }
 
 #[tokio::test]
