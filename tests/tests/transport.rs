@@ -57,8 +57,10 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_while_a_
         &[("KVCM_HEADER_READ_TIMEOUT_MS", "300"), ("KVCM_IDLE_TIMEOUT_MS", "1500"), RARE_HEALTH_CHECKS],
     );
     let mut idle = RawConn::connect(&api.meta).await;
-    assert_eq!(idle.get("/api/healthy").await.status, 200);
+    // Taken before the request: the server's idle clock starts after it has answered, so a
+    // close at its idle timeout is never less than the timeout after this instant.
     let idle_since = Instant::now();
+    assert_eq!(idle.get("/api/healthy").await.status, 200);
     let idle_closed = tokio::spawn(async move { idle.closed_within(EVENTUALLY).await });
 
     // A request every 500 ms on one connection for twice the idle timeout: each gap is longer
