@@ -29,9 +29,7 @@ async fn http_reads(
             let mut n = 0u64;
             while t.elapsed() < dur {
                 let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
-                let body =
-                    serde_json::json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys});
-                let mut req = client.post(&url).body(body.to_string());
+                let mut req = client.post(&url).body(crate::prefix_read(&instance, keys));
                 if let Some(a) = &auth {
                     req = req.header("authorization", a);
                 }

@@ -16,7 +16,7 @@
 //! Rounds alternate the layers so machine noise hits all of them; the printed figures are
 //! medians over rounds of each layer's p50 and p99.
 
-use crate::{Bench, percentile, record, serve};
+use crate::{Bench, percentile, prefix_read, record, serial_requests, serve};
 use anyhow::Result;
 use kvcm_core::keys::block_field;
 use kvcm_core::mask::BlockMask;
@@ -59,11 +59,8 @@ pub async fn run(
             }
             cmd
         };
-        let body = bytes::Bytes::from(
-            serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]})
-                .to_string(),
-        );
-        let count = if n >= 5000 { requests / 4 } else { requests }.max(20);
+        let body = prefix_read(&b.instance, &keys[..n]);
+        let count = serial_requests(n, requests);
         // per layer: p50s and p99s over rounds
         let mut p50s: [Vec<f64>; 4] = Default::default();
         let mut p99s: [Vec<f64>; 4] = Default::default();

@@ -358,6 +358,16 @@ fn record(path: &Option<std::path::PathBuf>, value: serde_json::Value) -> Result
     Ok(())
 }
 
+/// The body of a `getCacheLocation` `QT_PREFIX_MATCH` request for `keys`, serialised once.
+fn prefix_read(instance: &str, keys: &[i64]) -> bytes::Bytes {
+    serde_json::json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys}).to_string().into()
+}
+
+/// Serial requests per size: a quarter for the long reads (5,000 blocks and up), at least 20.
+fn serial_requests(blocks: usize, requests: usize) -> usize {
+    if blocks >= 5000 { requests / 4 } else { requests }.max(20)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -598,16 +608,8 @@ async fn main() -> Result<()> {
             // HTTP: the same reads through the real router and server. Like the direct side,
             // whose keys are ready, the requests are serialised once up front: the load generator
             // shares the 2 cores, and what is measured is the server.
-            let bodies: Arc<Vec<bytes::Bytes>> = Arc::new(
-                prompts
-                    .iter()
-                    .map(|keys| {
-                        serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys})
-                            .to_string()
-                            .into()
-                    })
-                    .collect(),
-            );
+            let bodies: Arc<Vec<bytes::Bytes>> =
+                Arc::new(prompts.iter().map(|keys| prefix_read(&b.instance, keys)).collect());
             let http = {
                 let t = Instant::now();
                 let tasks = (0..concurrency).map(|i| {
@@ -721,11 +723,8 @@ async fn main() -> Result<()> {
             let (addr, stop_tx, serving) = serve(&args.valkey, &b.ns, longest, |_| {}).await?;
             let mut http = h1::H1::connect(addr).await?;
             for &n in &sizes {
-                let body = bytes::Bytes::from(
-                    serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]})
-                        .to_string(),
-                );
-                let count = if n >= 5000 { requests / 4 } else { requests }.max(20);
+                let body = prefix_read(&b.instance, &keys[..n]);
+                let count = serial_requests(n, requests);
                 let mut lat = Vec::with_capacity(count);
                 for i in 0..count + 20 {
                     let t = Instant::now();

@@ -13,7 +13,7 @@
 //! round yields p50 and p99 per side and size, and the printed figures are medians over rounds of
 //! those percentiles and of their per-round ratios (kvcm / Mooncake).
 
-use crate::{Bench, percentile, serve};
+use crate::{Bench, percentile, prefix_read, serve};
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -106,10 +106,7 @@ pub async fn run(valkey: &str, a: &PeerArgs) -> Result<Vec<serde_json::Value>> {
     let mut per_size: Vec<[Vec<f64>; 6]> = a.sizes.iter().map(|_| Default::default()).collect();
     for round in 0..a.rounds + 1 {
         for (si, &n) in a.sizes.iter().enumerate() {
-            let body = bytes::Bytes::from(
-                serde_json::json!({"instance_id": b.instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys[..n]})
-                    .to_string(),
-            );
+            let body = prefix_read(&b.instance, &keys[..n]);
             let kvcm_side = async || -> Result<Vec<f64>> {
                 let mut lat = Vec::with_capacity(a.requests);
                 for i in 0..a.requests {

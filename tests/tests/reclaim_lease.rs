@@ -14,13 +14,13 @@ async fn a_reclaim_round_longer_than_its_lease_keeps_the_group_lease() {
     let storage = json!({"storage": {"global_unique_name": "files",
         "nfs": {"root_path": root.to_str().unwrap(), "key_count_per_file": 1}}});
     assert_ok(&api.admin("addStorage", storage).await);
-    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["files"], "quota": {"capacity": 1000},
+    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["files"], "quota": {"capacity": 1_000_000},
         "cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LRU", "trigger_strategy": {"used_percentage": 0.5}}},
         "version": 1}});
     assert_ok(&api.admin("createInstanceGroup", group).await);
-    // 150 instances of 4 blocks of 100 bytes: 60,000 bytes over a 500-byte watermark, so the
-    // round goes through every instance.
-    for i in 0..150 {
+    // 300 instances of 4 blocks of 100 bytes: 120,000 bytes over a 500-byte watermark, so the
+    // round goes through every instance (several times its lease here, ~2 ms per instance).
+    for i in 0..300 {
         let id = format!("i{i}");
         let reg = json!({"instance_group": "g", "instance_id": id, "block_size": 4,
             "location_spec_infos": [{"name": "tp0", "size": 100}], "model_deployment": {"model_name": "m", "dtype": "bf16"}});
@@ -30,6 +30,12 @@ async fn a_reclaim_round_longer_than_its_lease_keeps_the_group_lease() {
             json!({"instance_id": id, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 4}});
         assert_ok(&api.meta("finishWriteCache", finish).await);
     }
+    // Then the quota drops under what is stored (a write against it would be refused).
+    let (_, g) = api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    let mut group = g["instance_group"].clone();
+    group["quota"]["capacity"] = json!(1000);
+    group["version"] = json!(2);
+    assert_ok(&api.admin("updateInstanceGroup", json!({"instance_group": group, "current_version": 1})).await);
     let env = [("KVCM_VALKEY_URL".to_string(), valkey_url())];
     let mut config = kvcm_core::config::Config::load_from(None, &env).unwrap().0;
     config.namespace = api.namespace.clone();
@@ -74,7 +80,7 @@ async fn a_reclaim_round_longer_than_its_lease_keeps_the_group_lease() {
     let (freed, done) = round.await.unwrap();
     let took = done - started;
     assert!(
-        took > Duration::from_millis(250),
+        took > Duration::from_millis(200),
         "the round ({took:?}) must outlast its 100 ms lease for this test to mean anything"
     );
     // Taking the lease as the round gives it back (a moment before the round returns) is fine;
@@ -86,5 +92,5 @@ async fn a_reclaim_round_longer_than_its_lease_keeps_the_group_lease() {
             "another worker took the group lease {early:?} before the round ended"
         );
     }
-    assert_eq!(freed, 59_500, "the round evicted down to the 500-byte watermark");
+    assert_eq!(freed, 119_500, "the round evicted down to the 500-byte watermark");
 }
