@@ -90,6 +90,74 @@ for i = 1, nk do
   if not p then new[#new + 1] = i end
 end
 
+-- A key without a record gets a new record naming the previous key as its parent. Records whose
+-- key was dropped while a child was being written still name it, and key orders are the
+-- engine's, so that new link could close a cycle (write [A]; [A, B]; [B, C]; fail the first
+-- session; write [C, A]: A -> C -> B -> A). No block of a cycle ever becomes a leaf, so none could
+-- be evicted. A link closes a cycle only if the chain above the previous key comes back to the
+-- run of linked keys it starts; `unlinked[i]` keeps key i a chain root of its own instead.
+-- Chains that stay in request order (every key's parent the key before it, the common case) are
+-- known safe in one pass; only a chain that leaves the request is walked, at most WALK_STEPS
+-- records (past that the link is not made: a missing parent link costs eviction order, never
+-- a wrong answer).
+local unlinked = {}
+do
+  local WALK_STEPS = 256
+  local linked = {} -- key -> index, for keys that get a new record (and so a new parent link)
+  for _, i in ipairs(new) do
+    if not recs[i] then linked[ARGV[6 + i]] = i end
+  end
+  -- The parent of key i as it will be (a new link, or its record's), and whether that is key i - 1.
+  local function parent_at(i)
+    local k = ARGV[6 + i]
+    if linked[k] == i then
+      if i > 1 and not unlinked[i] then return ARGV[5 + i], true end
+      return nil, false
+    end
+    local rec = recs[i]
+    if not rec then return nil, false end
+    local p = rec_parent(rec)
+    return p, (i > 1 and p == ARGV[5 + i])
+  end
+  -- in_order[i]: the chain above key i stays in request order down to its root.
+  local in_order = {}
+  for i = 1, nk do
+    local first = linked[ARGV[6 + i]]
+    if first and first < i then
+      in_order[i] = in_order[first] -- a repeated key: its chain is its first occurrence's
+    else
+      local p, prev = parent_at(i)
+      in_order[i] = (p == nil) or (prev and in_order[i - 1])
+    end
+  end
+  for _, s in ipairs(new) do
+    if s > 1 and linked[ARGV[6 + s]] == s and linked[ARGV[5 + s]] ~= s - 1 and not in_order[s - 1] then
+      -- s starts a run of linked keys s..e; walk up from key s - 1.
+      local e = s
+      while e < nk and linked[ARGV[7 + e]] == e + 1 do e = e + 1 end
+      local idx, key, steps, cycle = s - 1, ARGV[5 + s], 0, false
+      while key do
+        steps = steps + 1
+        if steps > WALK_STEPS then cycle = true break end
+        local at = linked[key] or idx
+        if at then
+          if at >= s and at <= e then cycle = true break end
+          if in_order[at] then
+            cycle = at > e -- in order from above the run, the chain passes through it
+            break
+          end
+          local p, prev = parent_at(at)
+          key, idx = p, (prev and at - 1 or nil)
+        else
+          local rec = redis.call('HGET', KEYS[1], key)
+          key, idx = rec and rec_parent(rec), nil
+        end
+      end
+      if cycle then unlinked[s] = true end
+    end
+  end
+end
+
 local seq = redis.call('INCR', KEYS[4]) % 4294967296
 local deadline = now + timeout
 local reply = {1, table.concat(present)}
@@ -135,15 +203,7 @@ while f * per_file < #new do
     local rec = recs[i]
     if not rec then
       local parent = nil
-      if i > 1 then
-        parent = ARGV[5 + i]
-        -- A parent whose own record names this key as its parent (left so when this key's
-        -- record was dropped while the parent was being written) would make the two each
-        -- other's parent: neither would ever be a leaf, so neither could ever be evicted. The
-        -- key starts a chain of its own instead.
-        local prec = recs[i - 1]
-        if prec and rec_parent(prec) == k then parent = nil end
-      end
+      if i > 1 and not unlinked[i] then parent = ARGV[5 + i] end
       rec = rec_new(parent)
     end
     writes[#writes + 1] = k

@@ -217,25 +217,51 @@ async fn two_admins_deleting_each_other_at_once_leave_exactly_one() {
 }
 
 #[tokio::test]
-async fn key_orders_cannot_make_two_blocks_each_others_parent() {
-    // write [A]; write [A, B]; fail the first session; write [B, A]: A's record was dropped
-    // while B (naming A as its parent) was being written, and A's new record would name B.
+async fn key_orders_cannot_make_blocks_each_others_parent() {
+    // A cycle of n blocks: write [A1]; [A1, A2]; [A2, A3] … [An-1, An]; fail the first session
+    // (A1's record is dropped while A2, naming it, is being written); write [An, A1]: A1's new
+    // record would name An, and An -> … -> A2 -> A1. No block of a cycle is ever a leaf.
+    for n in [2usize, 3, 7] {
+        let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+        let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+        let a: Vec<i64> = (0..n as i64).map(|i| 101 + i).collect();
+        let first = fx.start(&a[..1]).await;
+        let mut rest = Vec::new();
+        for w in a.windows(2) {
+            let s = fx.start(w).await;
+            assert_eq!(s["locations"].as_array().unwrap().len(), 1, "n={n}: {s}");
+            rest.push(s);
+        }
+        assert_ok(&(200, fx.finish(&first, json!({"offset": 0})).await));
+        let closing = fx.start(&[a[n - 1], a[0]]).await;
+        assert_eq!(closing["locations"].as_array().unwrap().len(), 1, "n={n}: {closing}");
+        for s in rest.iter().chain([&closing]) {
+            assert_ok(&(200, fx.finish(s, json!({"offset": 1})).await));
+        }
+        // All serve, and one of them is a leaf that eviction can take.
+        assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &a, json!({})).await), vec![true; n], "n={n}");
+        let leaves: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
+        assert_eq!(leaves.len(), 1, "n={n}: no leaf means a cycle; more than one, a link lost: {leaves:?}");
+        assert!(a.iter().any(|k| leaves[0] == field(*k)), "n={n}: {leaves:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_chain_that_leaves_the_request_keeps_its_links_when_it_makes_no_cycle() {
+    // [1, 2], then [3, 2, 4] and [2, 5]: 4's and 5's parent is 2, whose own parent (1) is not the
+    // key before it in the request; the walk goes up from 2, finds no cycle, and keeps the links:
+    // 2 stops being a leaf, 3 (a root of its own), 4 and 5 are the leaves.
     let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
     let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
-    let (a, b) = (101, 102);
-    let first = fx.start(&[a]).await;
-    let second = fx.start(&[a, b]).await;
-    assert_eq!(second["locations"].as_array().unwrap().len(), 1, "{second}");
-    assert_ok(&(200, fx.finish(&first, json!({"offset": 0})).await));
-    let third = fx.start(&[b, a]).await;
-    assert_eq!(third["locations"].as_array().unwrap().len(), 1, "{third}");
-    assert_ok(&(200, fx.finish(&second, json!({"offset": 1})).await));
-    assert_ok(&(200, fx.finish(&third, json!({"offset": 1})).await));
-    // Both serve, and one of them is a leaf that eviction can take.
-    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[a, b], json!({})).await), vec![true, true]);
+    fx.write(&[1, 2]).await;
+    fx.write(&[3, 2, 4]).await;
+    fx.write(&[2, 5]).await;
     let leaves: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
-    assert!(!leaves.is_empty(), "neither block is a leaf: they are each other's parent");
-    assert!(leaves.iter().all(|k| *k == field(a) || *k == field(b)), "{leaves:?}");
+    let mut want = vec![field(3), field(4), field(5)];
+    want.sort();
+    let mut got = leaves.clone();
+    got.sort();
+    assert_eq!(got, want, "{leaves:?}");
 }
 
 #[tokio::test]
