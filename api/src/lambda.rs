@@ -104,13 +104,15 @@ pub async fn prepare(mut config: Config) -> anyhow::Result<Function> {
     }
     let t = Instant::now();
     let conn = crate::connect(&config).await?;
+    let ack = crate::replica_ack(&config).await?;
     let valkey = t.elapsed();
     let t = Instant::now();
     let registry = crate::open_registry(&config, conn.clone()).await?;
     let registry_time = t.elapsed();
     let t = Instant::now();
     let node = node(&config);
-    let state = crate::app_state(config, conn, registry, node)?;
+    let mut state = crate::app_state(config, conn, registry, node)?;
+    state.data = state.data.with_replica_ack(ack);
     let router = match plane {
         LambdaPlane::Meta => crate::meta_router(&state),
         LambdaPlane::Admin => crate::admin_router(&state),

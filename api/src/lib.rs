@@ -66,6 +66,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         );
     }
     let conn = connect(&config).await?;
+    let ack = replica_ack(&config).await?;
     let registry = open_registry(&config, conn.clone()).await?;
     let meta = TcpListener::bind((config.bind.as_str(), config.meta_port))
         .await
@@ -81,9 +82,30 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         meta_port: meta_addr.port(),
         admin_port: admin_addr.port(),
     };
-    let state = app_state(config, conn, registry, node)?;
+    let mut state = app_state(config, conn, registry, node)?;
+    state.data = state.data.with_replica_ack(ack);
     let health = state.health.clone();
     Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
+}
+
+/// With `durability = "replica_ack"`, the connections acknowledged writes travel on (see
+/// `kvcm_core::store::durability`); `None` with `durability = "off"`.
+pub async fn replica_ack(config: &Config) -> anyhow::Result<Option<kvcm_core::store::durability::ReplicaAck>> {
+    use kvcm_core::store::durability::{CONNECTIONS, ReplicaAck};
+    if config.durability == kvcm_core::config::Durability::Off {
+        return Ok(None);
+    }
+    let access = kvcm_core::valkey::Access::from_config(config)?;
+    let mut conns = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        conns.push(access.cluster().await.context("cannot open the replica_ack connections")?);
+    }
+    tracing::info!(
+        replicas = config.replica_ack_replicas,
+        timeout_ms = config.replica_ack_timeout_ms,
+        "durability = replica_ack: writes are answered once replicas hold them"
+    );
+    Ok(Some(ReplicaAck::new(conns, config.replica_ack_replicas, config.replica_ack_timeout_ms)))
 }
 
 /// Opens the cluster connection and loads every Lua script on every primary.

@@ -186,6 +186,9 @@ pub struct Config {
     pub write_timeout_default_s: u32,
     pub write_timeout_max_s: u32,
     pub usage_cache_ms: u64,
+    pub durability: Durability,
+    pub replica_ack_replicas: u32,
+    pub replica_ack_timeout_ms: u64,
     pub event_log_path: String,
     pub event_log_max_bytes: u64,
     pub event_log_max_files: u32,
@@ -226,6 +229,17 @@ impl LambdaPlane {
     }
 }
 
+/// `durability`: when a data-plane write (startWriteCache, finishWriteCache, removeCache,
+/// trimCache) is answered. See `core/src/store/durability.rs` and docs/reliability.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Once the shard's primary ran the script (replication is asynchronous).
+    Off,
+    /// Once `replica_ack_replicas` replicas also hold it (`WAIT`), else `SERVICE_NOT_READY`.
+    ReplicaAck,
+}
+
 /// The `[worker]` section.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -240,6 +254,7 @@ pub struct WorkerConfig {
     pub delete_batch: usize,
     pub claim_idle_ms: u64,
     pub max_delete_attempts: u64,
+    pub file_op_timeout_ms: u64,
     pub evict_batch: usize,
     pub ttl_s: u64,
 }
@@ -489,6 +504,12 @@ impl Config {
         if self.write_timeout_default_s == 0 || self.write_timeout_default_s > self.write_timeout_max_s {
             return bad("write_timeout_default_s", "must be within 1..=write_timeout_max_s");
         }
+        if self.replica_ack_replicas == 0 || self.replica_ack_replicas > 16 {
+            return bad("replica_ack_replicas", "must be within 1..=16");
+        }
+        if self.replica_ack_timeout_ms == 0 || self.replica_ack_timeout_ms > 60_000 {
+            return bad("replica_ack_timeout_ms", "must be within 1..=60000 (0 would wait for ever)");
+        }
         if self.event_log_max_bytes < 4096 {
             return bad("event_log_max_bytes", "must be at least 4096");
         }
@@ -514,6 +535,9 @@ impl Config {
         }
         if w.ttl_s > 10 * 365 * 86400 {
             return bad("worker.ttl_s", "must be at most ten years");
+        }
+        if !(100..=600_000).contains(&w.file_op_timeout_ms) {
+            return bad("worker.file_op_timeout_ms", "must be within 100..=600000");
         }
         if w.max_delete_attempts == 0 {
             return bad("worker.max_delete_attempts", "must be at least 1");

@@ -18,6 +18,11 @@ pub enum Error {
     /// Valkey could not be reached or answered with an error.
     #[error("valkey: {0}")]
     Valkey(#[from] redis::RedisError),
+    /// The metadata store cannot promise what the request needs right now (e.g. replicas did not
+    /// acknowledge a write in time): the caller should retry shortly. The message is the
+    /// caller's.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// A bug or a corrupt record: something that should not happen.
     #[error("internal: {0}")]
     Internal(String),
@@ -48,6 +53,7 @@ impl Error {
             Error::Status { code, .. } => *code,
             Error::Forbidden(_) => StatusCode::INVALID_ARGUMENT,
             Error::Valkey(e) if unavailable(e) => StatusCode::SERVICE_NOT_READY,
+            Error::Unavailable(_) => StatusCode::SERVICE_NOT_READY,
             Error::Valkey(_) | Error::Internal(_) => StatusCode::INTERNAL_ERROR,
         }
     }
@@ -56,14 +62,14 @@ impl Error {
     /// loading, busy) rather than refusing the request: the caller should retry shortly
     /// (frontends answer HTTP 503 with `Retry-After`).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Valkey(e) if unavailable(e))
+        matches!(self, Error::Unavailable(_)) || matches!(self, Error::Valkey(e) if unavailable(e))
     }
 
     /// The message to put in `header.status.message`: domain messages verbatim, infrastructure
     /// failures summarised.
     pub fn public_message(&self) -> String {
         match self {
-            Error::Status { message, .. } | Error::Forbidden(message) => message.clone(),
+            Error::Status { message, .. } | Error::Forbidden(message) | Error::Unavailable(message) => message.clone(),
             Error::Valkey(_) if self.is_unavailable() => {
                 "the metadata store (Valkey) is unavailable (unreachable or failing over); retry shortly".into()
             }

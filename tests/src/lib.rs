@@ -15,6 +15,8 @@
 //!   local clusters reachable only over TLS through stunnel, with AUTH, one of them requiring
 //!   client certificates, for tests/tests/tls.rs.
 
+pub mod chaos;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -252,6 +254,8 @@ impl Drop for Api {
 pub struct WorkerProc {
     child: Child,
     pub metrics: String,
+    /// The worker's id (its consumer name and health-verdict key).
+    pub id: String,
     pub log: PathBuf,
 }
 
@@ -274,7 +278,10 @@ impl WorkerProc {
         ];
         let (mut child, line, log) = spawn_kvcm("kvcm-worker", namespace, &defaults, env);
         match field(&line, "metrics") {
-            Some(metrics) => Ok(WorkerProc { child, metrics, log }),
+            Some(metrics) => {
+                let id = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                Ok(WorkerProc { child, metrics, id, log })
+            }
             None => {
                 let _ = child.kill();
                 let status = child.wait().ok();
@@ -296,6 +303,19 @@ impl WorkerProc {
     pub fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then how long the process took to exit (None: still running at `timeout`).
+    pub fn terminate_within(&mut self, timeout: Duration) -> Option<Duration> {
+        let t = Instant::now();
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        while t.elapsed() < timeout {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return Some(t.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 }
 
@@ -1234,6 +1254,8 @@ pub struct ReplyDropper {
     pub port: u16,
     armed: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Bumped by [`ReplyDropper::reset_all`]: every connection older than it is cut.
+    epoch: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -1245,19 +1267,32 @@ impl ReplyDropper {
         let port = listener.local_addr().unwrap().port();
         let armed: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>> = Default::default();
         let dropped: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
-        let (armed2, dropped2) = (armed.clone(), dropped.clone());
+        let epoch: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let (armed2, dropped2, epoch2) = (armed.clone(), dropped.clone(), epoch.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
+                // Reset (RST, not FIN) when cut: what a dropped NAT entry or a peer's crash looks like.
+                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                let (born, epoch) = (epoch2.load(Ordering::SeqCst), epoch2.clone());
                 let (mut cr, mut cw) = client.into_split();
                 let (mut sr, mut sw) = server.into_split();
                 let (armed, dropped) = (armed2.clone(), dropped2.clone());
                 // Set once a request matching the armed needle went to Valkey: its reply is lost.
                 let lose_reply = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let lose = lose_reply.clone();
+                let cut = {
+                    let epoch = epoch.clone();
+                    move || epoch.load(Ordering::SeqCst) != born
+                };
+                let cut2 = cut.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 << 10];
-                    while let Ok(n) = cr.read(&mut buf).await {
+                    loop {
+                        let n = tokio::select! {
+                            r = cr.read(&mut buf) => match r { Ok(n) => n, Err(_) => break },
+                            _ = until(cut2.clone()) => break,
+                        };
                         if n == 0 {
                             break;
                         }
@@ -1276,7 +1311,14 @@ impl ReplyDropper {
                 });
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 << 10];
-                    while let Ok(n) = sr.read(&mut buf).await {
+                    loop {
+                        let n = tokio::select! {
+                            r = sr.read(&mut buf) => match r { Ok(n) => n, Err(_) => break },
+                            _ = until(cut.clone()) => {
+                                // Dropping the client's socket with linger 0 sends RST.
+                                return;
+                            }
+                        };
                         if n == 0 {
                             break;
                         }
@@ -1294,7 +1336,12 @@ impl ReplyDropper {
                 });
             }
         });
-        ReplyDropper { port, armed, dropped, accept }
+        ReplyDropper { port, armed, dropped, epoch, accept }
+    }
+
+    /// Resets every connection open now (new ones are let through).
+    pub fn reset_all(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The next request whose bytes contain `needle` runs in Valkey, and its reply is lost with
@@ -1306,6 +1353,13 @@ impl ReplyDropper {
     /// Replies lost so far.
     pub fn lost(&self) -> usize {
         self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Resolves once `cut` says so (polled: the proxy's connections are few).
+async fn until(cut: impl Fn() -> bool) {
+    while !cut() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

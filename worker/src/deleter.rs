@@ -10,10 +10,9 @@
 //! Entry kinds: `k`/`l` (one location of one block), `f`/`l` (a packed file whose last block was
 //! released), `trash` (a trimmed blocks hash, expanded into `k`/`l` entries in batches).
 //!
-//! On file-like storages a deletion unlinks one file name in the spec directories of the
-//! instance's own directory (`Backend::instance_dir`, which no other instance's directory nests
-//! in) and nothing else: it never follows a symbolic link (an instance or spec directory that is
-//! one fails the entry with the reason) and never enters another instance's tree.
+//! The storage operations themselves (what a deletion unlinks, and never: symbolic links,
+//! other instances' trees; a missing root is a failure; the timeout) are the backend's, in
+//! `kvcm_core::backend::file`.
 
 use crate::Worker;
 use kvcm_core::backend::Backend;
@@ -21,7 +20,6 @@ use kvcm_core::keys::InstanceKeys;
 use kvcm_core::store::record::decode_location;
 use redis::streams::{StreamId, StreamReadReply};
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const GROUP: &str = "kvcm-deleters";
@@ -205,7 +203,7 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
         let Some(first) = fid.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_be_bytes) else {
             return Outcome::Failed("bad packed file id".into());
         };
-        if let Err(e) = unlink_everywhere(&backend, instance, first, &loc).await {
+        if let Err(e) = unlink(w, &backend, instance, first, &loc).await {
             return Outcome::Failed(e);
         }
         let mut conn = w.conn.clone();
@@ -229,7 +227,7 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
             Ok("gone") => return Outcome::Done,
             Ok("keep") => {}
             Ok(_) => {
-                if let Err(e) = unlink_everywhere(&backend, instance, key, &loc).await {
+                if let Err(e) = unlink(w, &backend, instance, key, &loc).await {
                     return Outcome::Failed(e);
                 }
             }
@@ -247,104 +245,17 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
 
 static MOONCAKE_NOTED: AtomicBool = AtomicBool::new(false);
 
-/// Deletes a block's (or packed file's) file in every spec directory of the instance. Missing
-/// files and directories are success (a redelivered entry finds them gone).
-async fn unlink_everywhere(
+/// Deletes a block's (or packed file's) files on its storage, within `worker.file_op_timeout_ms`.
+async fn unlink(
+    w: &Worker,
     backend: &Backend,
     instance: &str,
     key: i64,
     loc: &kvcm_core::store::record::Location,
 ) -> Result<(), String> {
-    let Some(dir) = backend.instance_dir(instance) else {
-        if !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
-            tracing::info!(
-                "deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured"
-            );
-        }
-        return Ok(());
-    };
-    let name = Backend::file_name(key, loc);
-    let root = backend.root().unwrap_or_default().to_string();
-    let unlink = tokio::task::spawn_blocking(move || {
-        // A missing storage root is not "nothing to delete": an unmounted NFS or 3FS would
-        // otherwise release the metadata and leak the files once the mount returns.
-        root_present(&root)?;
-        unlink_in_spec_dirs(&dir, &name)
-    });
-    // A hung mount must not stall the deleter for every instance: the entry fails and is
-    // retried with backoff (the blocked thread finishes or stays blocked on its own).
-    match tokio::time::timeout(FILE_OP_TIMEOUT, unlink).await {
-        Ok(joined) => joined.map_err(|e| e.to_string())?,
-        Err(_) => Err(format!("{TIMED_OUT} after {} s (a hung mount?); will retry", FILE_OP_TIMEOUT.as_secs())),
-    }
-}
-
-/// How a timed-out deletion's error starts.
-const TIMED_OUT: &str = "deleting timed out";
-
-/// How long one deletion's file operations may take before the entry counts as failed.
-const FILE_OP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Ok when a file-like storage's root is an existing directory (following a link: a root may
-/// well be one); an error naming it otherwise.
-fn root_present(root: &str) -> Result<(), String> {
-    match std::fs::metadata(root) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("storage root {root} is not a directory; nothing deleted, will retry")),
-        Err(e) => Err(format!(
-            "storage root {root} is missing or unreadable (not mounted?): {e}; nothing deleted, will retry"
-        )),
-    }
-}
-
-/// Unlinks `<dir>/<spec>/<name>` for every spec directory `<spec>` of an instance directory, and
-/// touches nothing else:
-///
-/// * `dir` is the instance's own directory ([`Backend::instance_dir`]); no other instance's
-///   directory can be inside it, so every sub-directory is one of this instance's specs.
-/// * Only real sub-directories are entered: a symbolic link (to a directory elsewhere, perhaps
-///   another instance's) is refused, as is `dir` itself being one — the entry fails with the
-///   reason and, after its retries, goes to the dead-letter stream. Plain files are skipped.
-/// * `unlink` removes `<name>` itself, never what a symbolic link there points to.
-///
-/// A `dir` that is missing, not a directory, or whose name is too long for the filesystem
-/// holds nothing to delete. What remains: whoever can write inside `dir` can swap a checked
-/// directory for a link between the check and the unlink (std has no `unlinkat`); such a writer
-/// can already delete these files itself.
-fn unlink_in_spec_dirs(dir: &str, name: &str) -> Result<(), String> {
-    use std::io::ErrorKind::{InvalidFilename, NotFound};
-    // Without its trailing '/': `lstat("link/")` would follow the link.
-    let dir = Path::new(dir.trim_end_matches('/'));
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!("refusing to delete through {}: it is a symbolic link", dir.display()));
-        }
-        Ok(m) if !m.is_dir() => return Ok(()),
-        Ok(_) => {}
-        Err(e) if matches!(e.kind(), NotFound | InvalidFilename) => return Ok(()),
-        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
-    }
-    let specs = match std::fs::read_dir(dir) {
-        Ok(d) => d,
-        Err(e) if e.kind() == NotFound => return Ok(()),
-        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
-    };
-    for spec in specs {
-        let spec = spec.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-        // `DirEntry::file_type` does not follow symbolic links.
-        let kind = spec.file_type().map_err(|e| format!("cannot inspect {}: {e}", spec.path().display()))?;
-        if kind.is_symlink() {
-            return Err(format!("refusing to delete through {}: it is a symbolic link", spec.path().display()));
-        }
-        if !kind.is_dir() {
-            continue;
-        }
-        let path = spec.path().join(name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == NotFound => {}
-            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
-        }
+    let timeout = std::time::Duration::from_millis(w.config.worker.file_op_timeout_ms);
+    if !backend.unlink(instance, key, loc, timeout).await? && !MOONCAKE_NOTED.swap(true, Ordering::Relaxed) {
+        tracing::info!("deletions on mooncake (and tair_mem_pool) storages are metadata-only: no client is configured");
     }
     Ok(())
 }
@@ -404,7 +315,7 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
     // After a timed-out attempt an unlink may still be running on a hung mount: the key stays
     // held (its location stays 'X'), so that no new write of it can start on the same path
     // and lose its file to that unlink. Otherwise the key is freed for new writes.
-    let (key, loc) = if why.starts_with(TIMED_OUT) {
+    let (key, loc) = if why.starts_with(kvcm_core::backend::file::TIMED_OUT) {
         (Vec::new(), Vec::new())
     } else {
         (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default())
@@ -432,65 +343,6 @@ mod tests {
         ));
         fs::create_dir_all(&dir).unwrap();
         dir
-    }
-
-    #[test]
-    fn only_the_instances_own_spec_directories_are_touched() {
-        let root = scratch("unlink");
-        let write = |p: PathBuf| {
-            fs::create_dir_all(p.parent().unwrap()).unwrap();
-            fs::write(&p, b"kv").unwrap();
-            p
-        };
-        let own = [write(root.join("a/tp0/00ff")), write(root.join("a/tp1/00ff"))];
-        let kept = write(root.join("a/tp0/0100"));
-        // Another instance's tree and a file outside any spec directory.
-        let other = write(root.join("a~2Fb/tp0/00ff"));
-        let loose = write(root.join("a/00ff"));
-        let dir = |name: &str| format!("{}/{name}/", root.display());
-        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
-        assert!(own.iter().all(|p| !p.exists()), "the instance's copies are gone");
-        assert!(kept.exists() && other.exists() && loose.exists(), "nothing else is touched");
-        // Idempotent; a missing instance directory, or one too long to exist, is nothing to do.
-        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
-        unlink_in_spec_dirs(&dir("gone"), "00ff").unwrap();
-        unlink_in_spec_dirs(&dir(&"~2F".repeat(100)), "00ff").unwrap();
-        fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn a_missing_storage_root_is_an_error_not_nothing_to_delete() {
-        let root = scratch("unmounted");
-        assert!(super::root_present(&format!("{}/", root.display())).is_ok());
-        let gone = format!("{}/not-mounted/", root.display());
-        let e = super::root_present(&gone).unwrap_err();
-        assert!(e.contains("not mounted") && e.contains(&gone), "{e}");
-        fs::write(root.join("file"), b"x").unwrap();
-        assert!(super::root_present(&format!("{}/file", root.display())).unwrap_err().contains("not a directory"));
-        fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn symbolic_links_are_never_followed() {
-        let root = scratch("unlink-links");
-        let victim = root.join("elsewhere/00ff");
-        fs::create_dir_all(victim.parent().unwrap()).unwrap();
-        fs::write(&victim, b"not kvcm's").unwrap();
-        // A spec "directory" that links elsewhere.
-        fs::create_dir_all(root.join("a")).unwrap();
-        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("a/tp0")).unwrap();
-        let dir = |name: &str| format!("{}/{name}/", root.display());
-        let e = unlink_in_spec_dirs(&dir("a"), "00ff").unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
-        // An instance "directory" that links elsewhere (named with the trailing '/', as the
-        // deleter names it).
-        std::os::unix::fs::symlink(root.join("elsewhere/.."), root.join("b")).unwrap();
-        fs::create_dir_all(root.join("tp0")).unwrap();
-        fs::write(root.join("tp0/00ff"), b"not kvcm's either").unwrap();
-        let e = unlink_in_spec_dirs(&dir("b"), "00ff").unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
-        assert!(victim.exists() && root.join("tp0/00ff").exists());
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

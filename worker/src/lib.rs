@@ -13,6 +13,7 @@
 //! step function over one instance, driven by a loop that adds timing and shutdown; tests call
 //! the steps directly or run whole processes.
 
+pub mod audit;
 pub mod deleter;
 pub mod discovery;
 pub mod expirer;
@@ -53,6 +54,19 @@ pub struct Server {
 }
 
 pub async fn build(config: Config) -> anyhow::Result<Server> {
+    let port = config.worker.metrics_port;
+    let bind = config.bind.clone();
+    let worker = connect(config).await?;
+    let listener = tokio::net::TcpListener::bind((bind.as_str(), port))
+        .await
+        .with_context(|| format!("cannot bind the worker metrics port {port}"))?;
+    warn_dangerous_settings(&worker);
+    Ok(Server { metrics_addr: listener.local_addr()?, worker, listener })
+}
+
+/// A worker connected to Valkey with its registry loaded, running nothing yet (what `build`
+/// and the auditor start from).
+pub async fn connect(config: Config) -> anyhow::Result<Worker> {
     let valkey = kvcm_core::valkey::Access::from_config(&config)?;
     let conn = valkey
         .connect()
@@ -61,9 +75,6 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
     let registry =
         Registry::open(conn.clone(), &config.namespace, (&config).into()).await.context("cannot load the registry")?;
     let data = DataPlane::new(conn.clone(), &config.namespace, config.limits());
-    let listener = tokio::net::TcpListener::bind((config.bind.as_str(), config.worker.metrics_port))
-        .await
-        .with_context(|| format!("cannot bind the worker metrics port {}", config.worker.metrics_port))?;
     // Consumer names and lease owners must be unique per process, even when a config file
     // sets the same id on several workers: a random suffix makes them so.
     let base = if config.worker.id.is_empty() {
@@ -73,7 +84,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         config.worker.id.clone()
     };
     let id = format!("{base}-{:06x}", fastrand::u32(..) & 0xff_ffff);
-    let worker = Worker {
+    Ok(Worker {
         id,
         config: Arc::new(config),
         conn,
@@ -83,9 +94,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         metrics: metrics::Metrics::new(),
         instances: Default::default(),
         claim_cursors: Default::default(),
-    };
-    warn_dangerous_settings(&worker);
-    Ok(Server { metrics_addr: listener.local_addr()?, worker, listener })
+    })
 }
 
 /// Settings that work but waste effort or surprise: logged once at start.

@@ -19,17 +19,42 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(version)]
 struct Args {
     /// TOML config file layered over the embedded defaults.
-    #[arg(short = 'c', long = "config")]
+    #[arg(short = 'c', long = "config", global = true)]
     config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Compare Valkey with the storage directories and print what differs, as JSON: files of
+    /// serving blocks that are missing, files no block accounts for (leaks), usage counters that
+    /// differ from the serving blocks, deletions nothing will finish. Read-only; run it on a
+    /// quiet system. Exit status 1 when a problem was found.
+    Audit,
+}
+
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let result = runtime.block_on(run());
+    // A storage operation blocked on a hung mount keeps its blocking-pool thread: do not wait
+    // for it at exit (every job has stopped; the operation had already been given up).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let (config, notes) = Config::load(args.config.as_deref())?;
     kvcm_core::telemetry::init(&config);
     for var in notes.ignored_env {
         tracing::warn!(%var, "ignoring environment variable: no such config key");
+    }
+    if let Some(Command::Audit) = args.command {
+        let worker = kvcm_worker::connect(config).await.context("kvcm-worker audit failed to start")?;
+        let audit = kvcm_worker::audit::run(&worker).await?;
+        println!("{}", serde_json::to_string_pretty(&audit)?);
+        std::process::exit(if audit.clean() { 0 } else { 1 });
     }
     let shutdown = kvcm_core::shutdown::signal();
     let server = kvcm_worker::build(config).await.context("kvcm-worker failed to start")?;

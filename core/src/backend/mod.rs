@@ -44,6 +44,8 @@
 //! fails or panics: every function is pure.
 //! See docs/data-plane.md ("Paths of file-like storages").
 
+pub mod file;
+
 use crate::store::record::Location;
 use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo, LocationSpec, StorageType};
@@ -155,6 +157,23 @@ impl Backend {
     /// `<root><path_segment(instance)>/`; no other instance's directory is inside it.
     pub fn instance_dir(&self, instance: &str) -> Option<String> {
         self.root().map(|root| format!("{root}{}/", path_segment(instance)))
+    }
+
+    /// Deletes a block's file (or, for a packed location, its packed file) in every spec
+    /// directory of `instance` ([`file::unlink`]); storages without files (mooncake,
+    /// tair_mem_pool) hold nothing kvcm can delete: `Ok(false)`. `Ok(true)` once deleted or
+    /// found gone; an error says why (a missing root, a symbolic link, a timeout:
+    /// [`file::TIMED_OUT`]).
+    pub async fn unlink(&self, instance: &str, key: i64, loc: &Location, timeout: std::time::Duration) -> Result<bool, String> {
+        let (Some(root), Some(dir)) = (self.root(), self.instance_dir(instance)) else { return Ok(false) };
+        file::unlink(root.to_string(), dir, Self::file_name(key, loc), timeout).await.map(|()| true)
+    }
+
+    /// Probes the storage for the health check ([`file::probe`]); storages without a client
+    /// here (mooncake, tair_mem_pool) pass.
+    pub async fn probe(&self, worker_id: &str, timeout: std::time::Duration) -> Result<(), String> {
+        let (Some(root), Some(probe)) = (self.root(), self.health_probe_path(worker_id)) else { return Ok(()) };
+        file::probe(root.to_string(), probe, timeout).await
     }
 
     /// The file a worker's health probe writes and removes in a file-like storage's root. Its

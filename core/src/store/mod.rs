@@ -10,6 +10,7 @@
 //! frequency bookkeeping that eviction needs is one follow-up write for the deepest block hit,
 //! whatever the number of blocks (`ZADD … XX`, so it can never resurrect an evicted block).
 
+pub mod durability;
 pub mod finish_write_cache;
 pub mod get_cache_location;
 pub mod get_cache_meta;
@@ -42,6 +43,8 @@ pub struct DataPlane {
     usage: Arc<usage::UsageCache>,
     /// Key names per instance, built once rather than formatted again on every call.
     keys: Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<InstanceKeys>>>>,
+    /// Set with `durability = "replica_ack"`: write scripts wait for replicas.
+    replica_ack: Option<Arc<durability::ReplicaAck>>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps; past this the cache starts over (a
@@ -57,7 +60,12 @@ impl std::fmt::Debug for DataPlane {
 impl DataPlane {
     pub fn new(conn: ClusterConnection, namespace: &str, limits: Limits) -> DataPlane {
         let usage = Arc::new(usage::UsageCache::new(limits.usage_cache_ms));
-        DataPlane { conn, namespace: namespace.into(), limits, usage, keys: Default::default() }
+        DataPlane { conn, namespace: namespace.into(), limits, usage, keys: Default::default(), replica_ack: None }
+    }
+
+    /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).
+    pub fn with_replica_ack(self, ack: Option<durability::ReplicaAck>) -> DataPlane {
+        DataPlane { replica_ack: ack.map(Arc::new), ..self }
     }
 
     pub fn keys(&self, instance_id: &str) -> Arc<InstanceKeys> {
@@ -112,16 +120,22 @@ impl DataPlane {
         Ok(Records(values))
     }
 
-    /// Runs a data-plane script whose reply starts with a status code; returns the rest.
+    /// Runs a data-plane script whose reply starts with a status code; returns the rest. With
+    /// `replica_ack`, the reply comes once replicas acknowledged the script's writes.
     async fn run(&self, script: &LuaScript, keys: &[&str], args: &[&[u8]]) -> Result<Vec<redis::Value>> {
-        let mut inv = script.script().prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for a in args {
-            inv.arg(*a);
-        }
-        let mut reply: Vec<redis::Value> = inv.invoke_async(&mut self.conn()).await?;
+        let mut reply: Vec<redis::Value> = match &self.replica_ack {
+            Some(ack) => ack.run(script, keys, args).await?,
+            None => {
+                let mut inv = script.script().prepare_invoke();
+                for k in keys {
+                    inv.key(*k);
+                }
+                for a in args {
+                    inv.arg(*a);
+                }
+                inv.invoke_async(&mut self.conn()).await?
+            }
+        };
         if reply.is_empty() {
             return Err(Error::internal(format!("{}: empty reply", script.file)));
         }

@@ -1,0 +1,85 @@
+//! `durability = "replica_ack"` (DESIGN §5, docs/reliability.md): every data-plane write script
+//! is sent with a `WAIT` right behind it, in one pipeline on the same connection, and the request
+//! is answered only once enough replicas of the instance's shard hold the write.
+//!
+//! `WAIT` counts the replication offset of *its own connection's* last write, so the script and
+//! the `WAIT` must travel together: sent apart, a reconnection between them would make the
+//! `WAIT` vacuous (a fresh connection has written nothing). A blocked `WAIT` also holds up every
+//! later command on its connection, so these pipelines use connections of their own (a few,
+//! taken in turn), never the connection reads share.
+//!
+//! When fewer replicas acknowledge within the timeout, the write has happened on the primary
+//! but is not known to survive its loss: the caller gets `SERVICE_NOT_READY` (HTTP 503) and
+//! resends; the write scripts answer a resend like the first run (start and finish by their
+//! session, removals by being idempotent), and the resend waits again.
+
+use super::LuaScript;
+use crate::error::{Error, Result};
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, ServerErrorKind, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Connections a frontend opens for acknowledged writes (each to every primary).
+pub const CONNECTIONS: usize = 4;
+
+/// Writes that wait for replicas: the connections and what to wait for.
+pub struct ReplicaAck {
+    conns: Vec<ClusterConnection>,
+    next: AtomicUsize,
+    /// Replicas that must hold a write before it is answered.
+    pub replicas: u32,
+    /// How long to wait for them, in milliseconds (> 0: `WAIT … 0` would wait for ever).
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for ReplicaAck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaAck").field("replicas", &self.replicas).field("timeout_ms", &self.timeout_ms).finish()
+    }
+}
+
+impl ReplicaAck {
+    /// `conns` must be distinct cluster connections (each from its own client), not clones.
+    pub fn new(conns: Vec<ClusterConnection>, replicas: u32, timeout_ms: u64) -> ReplicaAck {
+        assert!(!conns.is_empty() && replicas > 0 && timeout_ms > 0, "replica_ack needs connections, replicas, a timeout");
+        ReplicaAck { conns, next: AtomicUsize::new(0), replicas, timeout_ms }
+    }
+
+    fn conn(&self) -> ClusterConnection {
+        self.conns[self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()].clone()
+    }
+
+    /// Runs `script` and then `WAIT`, as one pipeline to the keys' primary; the script's reply
+    /// once `replicas` replicas acknowledged, else [`Error::Unavailable`].
+    pub(crate) async fn run(&self, script: &LuaScript, keys: &[&str], args: &[&[u8]]) -> Result<Vec<Value>> {
+        let mut conn = self.conn();
+        let mut pipe = redis::pipe();
+        {
+            let eval = pipe.cmd("EVALSHA").arg(script.script().get_hash()).arg(keys.len());
+            for k in keys {
+                eval.arg(*k);
+            }
+            for a in args {
+                eval.arg(*a);
+            }
+        }
+        pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
+        let (reply, acked): (Vec<Value>, i64) = match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                // A node restarted or was promoted without the script: load it and send again
+                // (NOSCRIPT means the script did not run).
+                let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        if acked < self.replicas as i64 {
+            return Err(Error::Unavailable(format!(
+                "the write was applied but only {acked} of {} replica(s) acknowledged it within {} ms \
+                 (durability = \"replica_ack\"); resend the request",
+                self.replicas, self.timeout_ms
+            )));
+        }
+        Ok(reply)
+    }
+}
