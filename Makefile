@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export KVCM_ROOT := $(CURDIR)
 TEST_VALKEY_PORT ?= 7301
 
-.PHONY: run test fuzz loadtest bench deps build build-release lint unit cluster-up cluster-down clean terraform-check
+.PHONY: run test fuzz chaos loadtest bench deps build build-release lint unit cluster-up cluster-down clean terraform-check
 
 ## run: install what is missing, build, start a local Valkey cluster + kvcm, serve in the foreground
 run: deps build-release
@@ -32,6 +32,18 @@ fuzz: deps
 	cargo build --workspace --bins
 	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
 	@status=0; KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) tests/fuzz/run.sh $(FUZZ_FULL) || status=$$?; \
+	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
+	  exit $$status
+
+## chaos: the chaos suite (tests/tests/chaos.rs, durability.rs) at CHAOS_SCALE times the load and
+## length of the slice `make test` runs (primary killed, frontend and worker kill -9, connection
+## resets, storage root gone, hung probe; the auditor after each); figures printed
+CHAOS_SCALE ?= 6
+chaos: deps
+	cargo build --workspace --bins
+	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
+	@status=0; KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) KVCM_CHAOS_SCALE=$(CHAOS_SCALE) \
+	  cargo test -p kvcm-tests --test chaos --test durability -- --nocapture --test-threads 1 || status=$$?; \
 	  infra/valkey-cluster.sh stop --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null 2>&1; \
 	  exit $$status
 

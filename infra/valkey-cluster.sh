@@ -78,6 +78,14 @@ cli() {
   fi
 }
 alive() { cli -p "$1" ping 2>/dev/null | grep -q PONG; }
+# Every replica's link to its primary is up (INFO replication: master_link_status:up).
+replicas_synced() {
+  local p info
+  for p in "${nodes[@]}"; do
+    info="$(cli -p "$p" info replication 2>/dev/null)"
+    if grep -q '^role:slave' <<<"$info" && ! grep -q '^master_link_status:up' <<<"$info"; then return 1; fi
+  done
+}
 # Anything listening on a port (a node with a password we do not know answers NOAUTH).
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 cluster_ok() { cli -p "$nbase" cluster info 2>/dev/null | grep -q 'cluster_state:ok' \
@@ -234,7 +242,7 @@ start() {
     "$VALKEY_BIN/valkey-server" "$conf" --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
       --cluster-config-file "$dir/$p/nodes.conf" --dir "$dir/$p" --save "" --appendonly no \
       --daemonize yes --logfile "$dir/$p/valkey.log" --pidfile "$dir/$p/valkey.pid" \
-      --cluster-node-timeout 3000 </dev/null >/dev/null 2>&1 || die "valkey-server on port $p did not start (see $dir/$p/valkey.log)"
+      --cluster-node-timeout 3000 --repl-diskless-sync-delay 0 </dev/null >/dev/null 2>&1 || die "valkey-server on port $p did not start (see $dir/$p/valkey.log)"
   done
   for p in "${nodes[@]}"; do
     for _ in $(seq 1 100); do alive "$p" && break; sleep 0.05; done
@@ -245,6 +253,12 @@ start() {
     || die "cluster create failed (see $dir/create.log)"
   for _ in $(seq 1 200); do cluster_ok && break; sleep 0.05; done
   cluster_ok || die "cluster on $nbase did not reach cluster_state:ok within 10 s"
+  # Replicas count only once they hold their primary's data: until their first sync completes
+  # they cannot take over (a primary lost before then loses its slots) nor acknowledge WAIT.
+  if [ "$replicas" -gt 0 ]; then
+    for _ in $(seq 1 400); do replicas_synced && break; sleep 0.05; done
+    replicas_synced || die "replicas did not finish their first sync within 20 s (see $dir/*/valkey.log)"
+  fi
   if [ "$tls" = 1 ]; then
     make_certs
     start_stunnel

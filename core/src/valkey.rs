@@ -318,6 +318,9 @@ pub fn node_url(seed: &str, addr: &str) -> String {
         None => (None, rest),
     };
     let tail = hostpart.find(['/', '?', '#']).map(|i| &hostpart[i..]).unwrap_or("");
+    // A node that has never met another announces no IP (`:7001`): it is the seed's host.
+    let seed_host = hostpart[..hostpart.len() - tail.len()].rsplit_once(':').map_or(hostpart, |(h, _)| h);
+    let addr = if addr.starts_with(':') { format!("{seed_host}{addr}") } else { addr.to_string() };
     match auth {
         Some(a) => format!("{scheme}://{a}@{addr}{tail}"),
         None => format!("{scheme}://{addr}{tail}"),
@@ -423,6 +426,7 @@ mod tests {
     fn node_urls_keep_scheme_credentials_and_options() {
         assert_eq!(node_url("redis://10.0.0.1:7001", "10.0.0.2:7002"), "redis://10.0.0.2:7002");
         assert_eq!(node_url("rediss://u:p@h:6379/0#insecure", "1.2.3.4:6380"), "rediss://u:p@1.2.3.4:6380/0#insecure");
+        assert_eq!(node_url("redis://u:p@10.0.0.1:7001", ":7005"), "redis://u:p@10.0.0.1:7005", "a node without an IP");
     }
 
     #[test]

@@ -26,27 +26,31 @@ pub fn scale() -> u32 {
 }
 
 /// Chaos tests stop processes and load the machine: one at a time per test binary.
-pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
-/// A 3-primary, 3-replica cluster of a test's own (`infra/valkey-cluster.sh --replicas 1`, node
-/// timeout 3 s), for tests that kill primaries. Stopped on drop.
+/// A cluster of a test's own with 3 primaries and 2 replicas each (`infra/valkey-cluster.sh
+/// --replicas 2`, node timeout 3 s), for tests that kill primaries: after a failover the new
+/// primary still has a replica, so `durability = "replica_ack"` writes go on. Stopped on drop.
 pub struct ReplicatedCluster {
     pub base: u16,
     pub dir: PathBuf,
     pub url: String,
 }
 
+/// Nodes of a [`ReplicatedCluster`].
+const NODES: u16 = 9;
+
 impl ReplicatedCluster {
     pub fn start() -> ReplicatedCluster {
-        // Six ports and their bus ports (+10000), away from other tests' ports and below the
+        // Nine ports and their bus ports (+10000), away from other tests' ports and below the
         // ephemeral range.
-        let base = 20_500 + (std::process::id() % 300) as u16 * 6;
+        let base = 20_500 + (std::process::id() % 200) as u16 * NODES;
         let dir = repo_root().join(".kvcm/test-tmp").join(unique("replicated"));
         // Every node a seed: clients started after a primary died still find the cluster.
-        let url = (base..base + 6).map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let url = (base..base + NODES).map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
         let c = ReplicatedCluster { base, dir, url };
         let (ok, out) = c.script("start");
         assert!(ok, "the replicated cluster did not start: {out}");
@@ -55,16 +59,19 @@ impl ReplicatedCluster {
 
     fn script(&self, cmd: &str) -> (bool, String) {
         let out = Command::new(repo_root().join("infra/valkey-cluster.sh"))
-            .args([cmd, "--base-port", &self.base.to_string(), "--replicas", "1", "--dir"])
+            .args([cmd, "--base-port", &self.base.to_string(), "--replicas", "2", "--dir"])
             .arg(&self.dir)
             .output()
             .expect("run infra/valkey-cluster.sh");
-        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
     }
 
     /// `CLUSTER <args>` on the first node that answers.
     fn cluster<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        for port in self.base..self.base + 6 {
+        for port in self.base..self.base + NODES {
             if let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}")).and_then(|c| c.get_connection())
                 && let Ok(v) = redis::cmd("CLUSTER").arg(args).query::<T>(&mut c)
             {
@@ -117,7 +124,7 @@ impl ReplicatedCluster {
 
 impl Drop for ReplicatedCluster {
     fn drop(&mut self) {
-        for port in self.base..self.base + 6 {
+        for port in self.base..self.base + NODES {
             // A stopped node would not answer the script's SHUTDOWN.
             if let Ok(pid) = std::fs::read_to_string(self.dir.join(port.to_string()).join("valkey.pid")) {
                 let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
@@ -347,7 +354,10 @@ pub async fn verify_ledger(api: &Api, instance: &str, ledger: &Ledger) -> Result
         let keys: Vec<i64> = set.iter().copied().collect();
         for chunk in keys.chunks(1000) {
             let (_, r) = api
-                .meta("getCacheLocation", json!({"instance_id": instance, "query_type": "QT_BATCH_GET", "block_keys": chunk}))
+                .meta(
+                    "getCacheLocation",
+                    json!({"instance_id": instance, "query_type": "QT_BATCH_GET", "block_keys": chunk}),
+                )
                 .await;
             if code(&r) != "OK" {
                 return Err(format!("the check's read failed: {r}"));
@@ -357,27 +367,34 @@ pub async fn verify_ledger(api: &Api, instance: &str, ledger: &Ledger) -> Result
                     .as_array()
                     .is_some_and(|s| !s.is_empty() && s.iter().all(|s| !s["uri"].as_str().unwrap_or("").is_empty()));
                 if serves != want {
-                    problems.push(format!("{k}: {}", if want { "acknowledged but lost" } else { "removed but serving" }));
+                    problems
+                        .push(format!("{k}: {}", if want { "acknowledged but lost" } else { "removed but serving" }));
                 }
             }
         }
     }
-    if problems.is_empty() { Ok(()) } else { Err(format!("{} blocks wrong: {:?}", problems.len(), &problems[..problems.len().min(20)])) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} blocks wrong: {:?}", problems.len(), &problems[..problems.len().min(20)]))
+    }
 }
 
-/// Runs the auditor (`kvcm-worker audit`'s code) against `namespace` on `valkey_url` until it
-/// finds the system drained and clean, or `timeout` passes; returns the last audit.
-pub async fn audit_until_drained(
-    valkey_url: &str,
-    namespace: &str,
-    timeout: Duration,
-) -> kvcm_worker::audit::Audit {
+/// A worker of `namespace` on `valkey_url` that runs nothing: what `kvcm-worker audit` starts
+/// from.
+pub async fn auditor(valkey_url: &str, namespace: &str) -> kvcm_worker::Worker {
     let env = vec![
         ("KVCM_VALKEY_URL".to_string(), valkey_url.to_string()),
         ("KVCM_NAMESPACE".to_string(), namespace.to_string()),
     ];
     let (config, _) = kvcm_core::config::Config::load_from(None, &env).expect("config");
-    let worker = kvcm_worker::connect(config).await.expect("the auditor connects");
+    kvcm_worker::connect(config).await.expect("the auditor connects")
+}
+
+/// Runs the auditor (`kvcm-worker audit`'s code) against `namespace` on `valkey_url` until it
+/// finds the system drained and clean, or `timeout` passes; returns the last audit.
+pub async fn audit_until_drained(valkey_url: &str, namespace: &str, timeout: Duration) -> kvcm_worker::audit::Audit {
+    let worker = auditor(valkey_url, namespace).await;
     let deadline = Instant::now() + timeout;
     loop {
         let audit = kvcm_worker::audit::run(&worker).await.expect("the audit runs");

@@ -1256,6 +1256,7 @@ pub struct ReplyDropper {
     dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Bumped by [`ReplyDropper::reset_all`]: every connection older than it is cut.
     epoch: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -1268,13 +1269,14 @@ impl ReplyDropper {
         let armed: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>> = Default::default();
         let dropped: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
         let epoch: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
-        let (armed2, dropped2, epoch2) = (armed.clone(), dropped.clone(), epoch.clone());
+        let cut_count: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let (armed2, dropped2, epoch2, cut2_count) = (armed.clone(), dropped.clone(), epoch.clone(), cut_count.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
                 // Reset (RST, not FIN) when cut: what a dropped NAT entry or a peer's crash looks like.
                 let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
-                let (born, epoch) = (epoch2.load(Ordering::SeqCst), epoch2.clone());
+                let (born, epoch, cut_count) = (epoch2.load(Ordering::SeqCst), epoch2.clone(), cut2_count.clone());
                 let (mut cr, mut cw) = client.into_split();
                 let (mut sr, mut sw) = server.into_split();
                 let (armed, dropped) = (armed2.clone(), dropped2.clone());
@@ -1316,6 +1318,7 @@ impl ReplyDropper {
                             r = sr.read(&mut buf) => match r { Ok(n) => n, Err(_) => break },
                             _ = until(cut.clone()) => {
                                 // Dropping the client's socket with linger 0 sends RST.
+                                cut_count.fetch_add(1, Ordering::SeqCst);
                                 return;
                             }
                         };
@@ -1336,12 +1339,17 @@ impl ReplyDropper {
                 });
             }
         });
-        ReplyDropper { port, armed, dropped, epoch, accept }
+        ReplyDropper { port, armed, dropped, epoch, cut: cut_count, accept }
     }
 
     /// Resets every connection open now (new ones are let through).
     pub fn reset_all(&self) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Connections reset so far by [`ReplyDropper::reset_all`].
+    pub fn resets(&self) -> usize {
+        self.cut.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The next request whose bytes contain `needle` runs in Valkey, and its reply is lost with

@@ -85,13 +85,17 @@ fn engines() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_under_load_fails_over_and_no_acknowledged_write_is_lost() {
-    let _one = one_at_a_time();
+    let _one = one_at_a_time().await;
     let cluster = ReplicatedCluster::start();
     let s = Stack::start(
         &cluster.url,
         2,
         2,
-        &[("KVCM_DURABILITY", "replica_ack"), ("KVCM_VALKEY_TIMEOUT_MS", "1000"), ("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500")],
+        &[
+            ("KVCM_DURABILITY", "replica_ack"),
+            ("KVCM_VALKEY_TIMEOUT_MS", "1000"),
+            ("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500"),
+        ],
     )
     .await;
     let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
@@ -115,7 +119,15 @@ async fn a_primary_killed_under_load_fails_over_and_no_acknowledged_write_is_los
         }
     })
     .await;
-    assert!(recovered.is_some(), "writes did not recover within 60 s of the kill");
+    if recovered.is_none() {
+        let l = load.ledger.lock().unwrap();
+        let after: Vec<_> =
+            l.outcomes.iter().filter(|o| o.at > killed).map(|o| (o.rpc, o.http, o.code.clone())).collect();
+        panic!(
+            "writes did not recover within 60 s of the kill; the last requests: {:?}",
+            &after[after.len().saturating_sub(10)..]
+        );
+    }
     let (now_primary, _) = cluster.primary_of(&blocks);
     assert!(replicas.contains(&now_primary), "a replica ({replicas:?}) serves the slot now, not {now_primary}");
     run_for(1).await;
@@ -129,7 +141,7 @@ async fn a_primary_killed_under_load_fails_over_and_no_acknowledged_write_is_los
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frontend_and_a_worker_killed_mid_load_lose_nothing() {
-    let _one = one_at_a_time();
+    let _one = one_at_a_time().await;
     let mut s = Stack::start(&valkey_url(), 2, 2, &[]).await;
     let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
     run_for(2).await;
@@ -148,15 +160,20 @@ async fn a_frontend_and_a_worker_killed_mid_load_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_reset_between_kvcm_and_valkey_lose_nothing() {
-    let _one = one_at_a_time();
+    let _one = one_at_a_time().await;
     // Every connection of the frontends and workers goes through a proxy that resets them all
     // every 300 ms, requests and replies in flight included.
     let valkey = SoloValkey::start();
     let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
     let proxy = ReplyDropper::start(port).await;
     let mut node = redis::Client::open(valkey.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let _: () =
-        redis::cmd("CONFIG").arg("SET").arg("cluster-announce-port").arg(proxy.port).query_async(&mut node).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port)
+        .query_async(&mut node)
+        .await
+        .unwrap();
     let url = format!("redis://127.0.0.1:{}", proxy.port);
     let s = Stack::start(&url, 2, 1, &[]).await;
     let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
@@ -167,13 +184,14 @@ async fn connections_reset_between_kvcm_and_valkey_lose_nothing() {
         proxy.reset_all();
         resets += 1;
     }
-    println!("connection resets: {resets}");
+    println!("connection resets: {resets} rounds, {} connections reset", proxy.resets());
+    assert!(proxy.resets() >= resets, "the proxy reset {} connections in {resets} rounds", proxy.resets());
     s.settle(load, "connections reset").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_root_that_vanishes_and_a_hung_probe_lose_nothing() {
-    let _one = one_at_a_time();
+    let _one = one_at_a_time().await;
     let mut s = Stack::start(&valkey_url(), 1, 1, &[]).await;
     let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
     run_for(2).await;

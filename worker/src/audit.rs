@@ -72,9 +72,15 @@ pub struct Audit {
 impl Audit {
     /// No problem of any kind (in-flight work is not a problem).
     pub fn clean(&self) -> bool {
-        [&self.missing_files, &self.orphan_files, &self.usage_mismatches, &self.stuck_deletions, &self.unreadable_records]
-            .iter()
-            .all(|p| p.count == 0)
+        [
+            &self.missing_files,
+            &self.orphan_files,
+            &self.usage_mismatches,
+            &self.stuck_deletions,
+            &self.unreadable_records,
+        ]
+        .iter()
+        .all(|p| p.count == 0)
     }
 
     /// Nothing in flight: no open session, no block being written, no deletion queued.
@@ -229,7 +235,8 @@ async fn instance_audit(
         }
     }
     for (field, raw) in &trashed {
-        let (Some(key), Some(rec)) = (field.as_slice().try_into().ok().map(i64::from_be_bytes), BlockRecord::decode(raw))
+        let (Some(key), Some(rec)) =
+            (field.as_slice().try_into().ok().map(i64::from_be_bytes), BlockRecord::decode(raw))
         else {
             continue;
         };
@@ -316,15 +323,15 @@ fn subject(fields: &HashMap<String, Vec<u8>>) -> Option<Queued> {
     Some(Queued { key, file: fields.get("f").cloned(), loc })
 }
 
+/// A hash's fields and values.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Every field and value of a hash, by HSCAN (a large hash is never read in one reply).
-async fn hscan(
-    conn: &mut redis::cluster_async::ClusterConnection,
-    key: &str,
-) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+async fn hscan(conn: &mut redis::cluster_async::ClusterConnection, key: &str) -> anyhow::Result<Pairs> {
     let mut out = Vec::new();
     let mut cursor = 0u64;
     loop {
-        let (next, page): (u64, Vec<(Vec<u8>, Vec<u8>)>) =
+        let (next, page): (u64, Pairs) =
             redis::cmd("HSCAN").arg(key).arg(cursor).arg("COUNT").arg(1000).query_async(conn).await?;
         out.extend(page);
         if next == 0 {

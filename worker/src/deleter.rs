@@ -330,21 +330,6 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
 
 #[cfg(test)]
 mod tests {
-    use super::unlink_in_spec_dirs;
-    use std::fs;
-    use std::path::PathBuf;
-
-    /// A fresh directory under the repository's `.kvcm/test-data` (removed at the end).
-    fn scratch(name: &str) -> PathBuf {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kvcm/test-data").join(format!(
-            "{name}-{}-{:08x}",
-            std::process::id(),
-            fastrand::u32(..)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     #[test]
     fn retries_back_off_exponentially_up_to_five_minutes() {
         let waits: Vec<u64> = (1..=10).map(super::backoff_ms).collect();

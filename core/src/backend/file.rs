@@ -202,9 +202,10 @@ mod tests {
         let fifo = root.join("~kvcm-health-w");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         let t = std::time::Instant::now();
-        let e = super::probe(root.display().to_string(), fifo.display().to_string(), std::time::Duration::from_millis(300))
-            .await
-            .unwrap_err();
+        let e =
+            super::probe(root.display().to_string(), fifo.display().to_string(), std::time::Duration::from_millis(300))
+                .await
+                .unwrap_err();
         assert!(e.starts_with(super::TIMED_OUT) && e.contains("health probe"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
         // Unblock the thread (a reader opens the FIFO), then clean up.

@@ -164,7 +164,13 @@ impl Backend {
     /// tair_mem_pool) hold nothing kvcm can delete: `Ok(false)`. `Ok(true)` once deleted or
     /// found gone; an error says why (a missing root, a symbolic link, a timeout:
     /// [`file::TIMED_OUT`]).
-    pub async fn unlink(&self, instance: &str, key: i64, loc: &Location, timeout: std::time::Duration) -> Result<bool, String> {
+    pub async fn unlink(
+        &self,
+        instance: &str,
+        key: i64,
+        loc: &Location,
+        timeout: std::time::Duration,
+    ) -> Result<bool, String> {
         let (Some(root), Some(dir)) = (self.root(), self.instance_dir(instance)) else { return Ok(false) };
         file::unlink(root.to_string(), dir, Self::file_name(key, loc), timeout).await.map(|()| true)
     }

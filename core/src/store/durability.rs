@@ -41,7 +41,10 @@ impl std::fmt::Debug for ReplicaAck {
 impl ReplicaAck {
     /// `conns` must be distinct cluster connections (each from its own client), not clones.
     pub fn new(conns: Vec<ClusterConnection>, replicas: u32, timeout_ms: u64) -> ReplicaAck {
-        assert!(!conns.is_empty() && replicas > 0 && timeout_ms > 0, "replica_ack needs connections, replicas, a timeout");
+        assert!(
+            !conns.is_empty() && replicas > 0 && timeout_ms > 0,
+            "replica_ack needs connections, replicas, a timeout"
+        );
         ReplicaAck { conns, next: AtomicUsize::new(0), replicas, timeout_ms }
     }
 
