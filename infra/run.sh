@@ -7,7 +7,8 @@
 # foreground. Ctrl-C / SIGTERM stops every process and the cluster.
 #
 # Overrides: KVCM_META_PORT (6382), KVCM_ADMIN_PORT (6492), KVCM_VALKEY_URL (use an existing
-# cluster instead of starting one), KVCM_VALKEY_BASE_PORT, any other KVCM_* config key.
+# cluster instead of starting one), KVCM_VALKEY_BASE_PORT, KVCM_VALKEY_REPLICAS (replicas per
+# primary, e.g. 2 to try failovers with KVCM_DURABILITY=replica_ack), any other KVCM_* config key.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 profile="${KVCM_PROFILE:-release}"
 bin="$KVCM_ROOT/target/$profile"

@@ -8,8 +8,9 @@
 #
 # Nodes listen on base-port .. base-port + primaries*(1+replicas) - 1 (default 7001..7003).
 # `start` is idempotent: a cluster that is already up and healthy is left alone; nodes that are
-# running but not yet joined are (re)created. It waits for cluster_state:ok and prints the seed
-# address (redis://127.0.0.1:P). Environment: KVCM_VALKEY_BASE_PORT, KVCM_VALKEY_PRIMARIES,
+# running but not yet joined are (re)created. It waits for cluster_state:ok (and, with replicas,
+# for every replica's first sync) and prints the seed address (redis://127.0.0.1:P; with
+# replicas every node's, comma separated, as KVCM_VALKEY_URL takes them). Environment: KVCM_VALKEY_BASE_PORT, KVCM_VALKEY_PRIMARIES,
 # KVCM_VALKEY_REPLICAS, KVCM_VALKEY_DIR.
 #
 # --tls   Clients reach the cluster over TLS only, through stunnel (the Valkey wheel is built
@@ -204,6 +205,11 @@ start() {
   fi
   local url="redis://127.0.0.1:$base"
   [ "$tls" = 1 ] && url="rediss://127.0.0.1:$base"
+  # With replicas, every node is a seed: a client (re)connecting after the first node's primary
+  # was lost still finds the cluster.
+  if [ "$replicas" -gt 0 ]; then
+    url="$(for p in "${ports[@]}"; do printf 'redis://127.0.0.1:%s,' "$p"; done)"; url="${url%,}"
+  fi
   if cluster_ok && { [ "$tls" = 0 ] || tls_ok; }; then log "cluster on $base already up"; echo "$url"; return; fi
   if [ "$tls" = 1 ]; then
     # A TLS cluster that is not wholly healthy is rebuilt from scratch: its nodes may announce

@@ -5,7 +5,7 @@
 //! Argon2-verified once, then cached). Rounds alternate so that machine noise lands on every
 //! mode alike; the ratios reported are medians over the rounds.
 
-use crate::{Bench, serve};
+use crate::{Bench, median, serve};
 use anyhow::Result;
 use kvcm_core::wire::admin::AccountRole;
 use std::sync::Arc;
@@ -46,11 +46,6 @@ async fn http_reads(
         total += h??;
     }
     Ok(total as f64 / t.elapsed().as_secs_f64())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 pub async fn run(valkey: &str, concurrency: usize, seconds: u64, rounds: usize) -> Result<()> {

@@ -23,6 +23,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod auth;
 mod breakdown;
+mod durability;
 mod h1;
 mod peer;
 mod rate;
@@ -101,6 +102,20 @@ enum Cmd {
         /// shard's script thread; more: a fleet's instances, on different slots).
         #[arg(long, default_value_t = 1)]
         write_instances: usize,
+    },
+    /// Cost of `durability = "replica_ack"`, side by side in one run: two-phase writes of 32
+    /// blocks on the data plane with `off` and with `replica_ack` (WAIT for one replica),
+    /// alternating rounds; sessions/s at --concurrency and serial session latency. Needs a
+    /// cluster with replicas (`infra/valkey-cluster.sh start --replicas 2`).
+    Durability {
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        #[arg(long, default_value_t = 300)]
+        serial: usize,
     },
     /// Side by side with a peer: serial getCacheLocation QT_PREFIX_MATCH of N blocks through HTTP
     /// vs Mooncake store master's batch_is_exist of N keys through its Python client, alternating
@@ -370,6 +385,12 @@ fn serial_requests(blocks: usize, requests: usize) -> usize {
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// The median of unsorted values.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 0.5)
 }
 
 #[tokio::main]
@@ -712,6 +733,10 @@ async fn main() -> Result<()> {
             let _ = stop_tx.send(());
             serving.await??;
             b.cleanup().await?;
+        }
+        Cmd::Durability { concurrency, seconds, rounds, serial } => {
+            let rec = durability::run(&args.valkey, concurrency, seconds, rounds, serial).await?;
+            record(&args.record, rec)?;
         }
         Cmd::Breakdown { sizes, layers, rounds, requests } => {
             breakdown::run(&args.valkey, &sizes, &layers, rounds, requests, &args.record).await?

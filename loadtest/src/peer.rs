@@ -13,7 +13,7 @@
 //! round yields p50 and p99 per side and size, and the printed figures are medians over rounds of
 //! those percentiles and of their per-round ratios (kvcm / Mooncake).
 
-use crate::{Bench, percentile, prefix_read, serve};
+use crate::{Bench, median, percentile, prefix_read, serve};
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -84,11 +84,6 @@ impl Drop for Mooncake {
 fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (percentile(&v, 0.5), percentile(&v, 0.99))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    percentile(&v, 0.5)
 }
 
 /// Runs the comparison; one JSON object per size for the record.

@@ -19,8 +19,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ServerErrorKind, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Connections a frontend opens for acknowledged writes (each to every primary).
-pub const CONNECTIONS: usize = 4;
+/// Connections a frontend opens for acknowledged writes (each to every primary). A blocked WAIT
+/// holds up its connection: 4 kept 0.62x of the unacknowledged write rate at 32 concurrent
+/// sessions, 16 kept 0.83x, 32 no more (docs/benchmarks.md).
+pub const CONNECTIONS: usize = 16;
 
 /// Writes that wait for replicas: the connections and what to wait for.
 pub struct ReplicaAck {
