@@ -15,22 +15,28 @@
 -- ARGV[2] entry id
 -- ARGV[3] block key (8 bytes), or '' for an entry without one (a packed file's own deletion)
 -- ARGV[4] location bytes as queued (14 or 26), or ''
--- ARGV[5..] field, value pairs of the dead letter (the entry's fields, error, attempts, entry)
+-- ARGV[5] the dead-letter stream's bound (worker.max_dead_letters, >= 1)
+-- ARGV[6..] field, value pairs of the dead letter (the entry's fields, error, attempts, entry)
 --
 -- Reply: {1, released} (1: a location was dropped from the key's record) | {1, -1} (the entry
---        was already gone: nothing done)
--- Example: B has [X seq 3]; entry 5-0 {k = B, l = loc3, r = removed} fails for good ->
+--        was already gone: nothing done) | {1, -2} (the dead-letter stream is full: nothing
+--        done; the entry stays queued, so nothing is forgotten)
+-- Example: B has [X seq 3]; entry 5-0 {k = B, l = loc3, r = removed} fails for good, bound
+--          100000 ->
 --          B's record deleted (no children), del_dead += {k, l, r, error, attempts, entry = 5-0},
 --          5-0 acked and removed; reply {1, 1}.
-if #KEYS ~= 4 or #ARGV < 4 or (#ARGV - 4) % 2 ~= 0 then
-  return redis.error_reply('dead_letter: expected 4 keys, 4 args and field/value pairs')
+if #KEYS ~= 4 or #ARGV < 5 or (#ARGV - 5) % 2 ~= 0 then
+  return redis.error_reply('dead_letter: expected 4 keys, 5 args and field/value pairs')
 end
+local bound = tonumber(ARGV[5])
+if not bound or bound < 1 then return {5, 'bad bound'} end
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return {1, -1} end
+if redis.call('XLEN', KEYS[3]) >= bound then return {1, -2} end
 local key, want = ARGV[3], ARGV[4]
 local released = 0
 if #key == 8 and (#want == 14 or #want == 26) then released = drop_deleting(KEYS[1], key, want) end
-if #ARGV > 4 then
-  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 5))
+if #ARGV > 5 then
+  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 6))
 else
   redis.call('XADD', KEYS[3], '*', 'entry', ARGV[2])
 end

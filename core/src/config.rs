@@ -254,6 +254,7 @@ pub struct WorkerConfig {
     pub delete_batch: usize,
     pub claim_idle_ms: u64,
     pub max_delete_attempts: u64,
+    pub max_dead_letters: u64,
     pub file_op_timeout_ms: u64,
     pub evict_batch: usize,
     pub ttl_s: u64,
@@ -535,6 +536,9 @@ impl Config {
         }
         if w.ttl_s > 10 * 365 * 86400 {
             return bad("worker.ttl_s", "must be at most ten years");
+        }
+        if w.max_dead_letters == 0 {
+            return bad("worker.max_dead_letters", "must be at least 1");
         }
         if !(100..=600_000).contains(&w.file_op_timeout_ms) {
             return bad("worker.file_op_timeout_ms", "must be within 100..=600000");

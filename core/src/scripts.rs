@@ -95,6 +95,7 @@ scripts! {
     RELEASE_BLOCK => "release_block.lua",
     CLAIM_DELETE => "claim_delete.lua",
     DEAD_LETTER => "dead_letter.lua",
+    REDRIVE_DEAD_LETTERS => "redrive_dead_letters.lua",
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
 }

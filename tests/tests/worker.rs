@@ -289,6 +289,65 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
 }
 
 #[tokio::test]
+async fn dead_letters_are_bounded_listed_and_re_driven_once_their_cause_is_fixed() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let paths = fx.write_files(&[1, 2]).await;
+    // Both files undeletable: each replaced with a non-empty directory.
+    for p in &paths {
+        std::fs::remove_file(p).unwrap();
+        std::fs::create_dir_all(p.join("x")).unwrap();
+    }
+    // One dead letter at most: the second deletion that gives up stays queued instead.
+    let w = WorkerProc::start(
+        &fx.api.namespace,
+        &[("KVCM_WORKER__MAX_DELETE_ATTEMPTS", "2"), ("KVCM_WORKER__MAX_DEAD_LETTERS", "1")],
+    );
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
+    let dead = instance_key(&fx.api.namespace, &fx.instance, "del_dead");
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("one dead letter, one refused", 15, || async {
+        w.metric("kvcm_worker_dead_letters_refused_total").await >= 1.0
+    })
+    .await;
+    assert_eq!(int("XLEN", &dead).await, 1, "the dead-letter stream holds at most 1");
+    assert_eq!(int("XLEN", &del).await, 1, "the refused deletion stays queued");
+
+    // Listed, with what an operator needs.
+    let (_, listed) = fx.api.admin("listDeadLetters", json!({"instance_id": fx.instance})).await;
+    assert_eq!(code(&listed), "OK", "{listed}");
+    assert_eq!(listed["total"], "1", "{listed}");
+    let letter = &listed["dead_letters"][0];
+    assert!(["1", "2"].contains(&letter["block_key"].as_str().unwrap()), "{listed}");
+    assert_eq!(letter["storage"], "files", "{listed}");
+    assert_eq!(letter["reason"], "removed", "{listed}");
+    assert_eq!(letter["attempts"], "2", "{listed}");
+    assert!(letter["error"].as_str().unwrap().contains("cannot delete"), "{listed}");
+    assert_eq!(listed["next_start_after"], "", "{listed}");
+    // Bad input is refused before anything runs.
+    let (_, bad) = fx.api.admin("listDeadLetters", json!({"instance_id": fx.instance, "start_after": "x"})).await;
+    assert_eq!(code(&bad), "INVALID_ARGUMENT", "{bad}");
+    let (_, bad) = fx.api.admin("redriveDeadLetters", json!({"instance_id": fx.instance, "limit": 5000})).await;
+    assert_eq!(code(&bad), "INVALID_ARGUMENT", "{bad}");
+
+    // The cause fixed, the dead letter re-driven: both deletions complete, nothing is left.
+    for p in &paths {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let id = letter["id"].as_str().unwrap();
+    let (_, r) = fx.api.admin("redriveDeadLetters", json!({"instance_id": fx.instance, "ids": [id, "1-0"]})).await;
+    assert_eq!((code(&r), &r["redriven"], &r["not_found"]), ("OK", &json!("1"), &json!("1")), "{r}");
+    assert_eq!(int("XLEN", &dead).await, 0);
+    // The refused deletion is retried at the longest backoff (5 minutes): made due now.
+    let fail = instance_key(&fx.api.namespace, &fx.instance, "del_fail");
+    let mut c = valkey().await;
+    let _: () = redis::cmd("DEL").arg(&fail).query_async(&mut c).await.unwrap();
+    wait_until("both deletions complete", 15, || async { int("XLEN", &del).await == 0 }).await;
+    let audit =
+        kvcm_worker::audit::run(&kvcm_tests::chaos::auditor(&valkey_url(), &fx.api.namespace).await).await.unwrap();
+    assert!(audit.clean() && audit.drained() && audit.serving_locations == 0, "{audit:#?}");
+}
+
+#[tokio::test]
 async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it() {
     let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
     fx.write_files(&[1, 2, 3]).await;

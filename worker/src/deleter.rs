@@ -17,6 +17,7 @@
 use crate::Worker;
 use kvcm_core::backend::Backend;
 use kvcm_core::keys::InstanceKeys;
+use kvcm_core::store::maintenance::DeadLettered;
 use kvcm_core::store::record::decode_location;
 use redis::streams::{StreamId, StreamReadReply};
 use std::collections::HashMap;
@@ -320,8 +321,25 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
     } else {
         (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default())
     };
-    if w.data.dead_letter(keys, GROUP, &entry.id, &key, &loc, &fields).await?.is_none() {
-        return Ok(()); // already completed by someone else
+    let bound = w.config.worker.max_dead_letters;
+    match w.data.dead_letter(keys, GROUP, &entry.id, &key, &loc, bound, &fields).await? {
+        DeadLettered::Moved { .. } => {}
+        DeadLettered::Gone => return Ok(()), // already completed by someone else
+        DeadLettered::Full => {
+            // Nothing is forgotten: the entry stays queued and is tried again at the longest
+            // backoff, until an operator re-drives or clears dead letters.
+            w.metrics.dead_letters_refused.inc();
+            tracing::warn!(stream = %keys.del, id = %entry.id, bound, error = %why,
+                "the dead-letter stream is full: the deletion stays queued and is retried every 5 minutes");
+            let next = kvcm_core::store::now_ms() + backoff_ms(u64::MAX);
+            let _: () = redis::cmd("HSET")
+                .arg(&keys.del_fail)
+                .arg(format!("{}:t", entry.id))
+                .arg(next)
+                .query_async(&mut conn)
+                .await?;
+            return Ok(());
+        }
     }
     w.metrics.dead_letters.inc();
     tracing::error!(stream = %keys.del, id = %entry.id, error = %why, "deletion moved to the dead-letter stream");

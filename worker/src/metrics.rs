@@ -17,6 +17,7 @@ pub struct Metrics {
     pub registry: Registry,
     pub deletions: IntCounterVec,
     pub dead_letters: IntCounter,
+    pub dead_letters_refused: IntCounter,
     pub sessions_expired: IntCounter,
     pub evictions: IntCounterVec,
     pub leases: IntCounterVec,
@@ -43,6 +44,11 @@ impl Metrics {
             ),
             dead_letters: IntCounter::new("kvcm_worker_dead_letters_total", "Deletions moved to a dead-letter stream")
                 .expect("metric"),
+            dead_letters_refused: IntCounter::new(
+                "kvcm_worker_dead_letters_refused_total",
+                "Deletions that gave up while their instance's dead-letter stream was full (kept queued, retried)",
+            )
+            .expect("metric"),
             sessions_expired: IntCounter::new(
                 "kvcm_worker_sessions_expired_total",
                 "Write sessions failed at their deadline",
@@ -94,6 +100,7 @@ impl Metrics {
         for c in [
             Box::new(m.deletions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(m.dead_letters.clone()),
+            Box::new(m.dead_letters_refused.clone()),
             Box::new(m.sessions_expired.clone()),
             Box::new(m.evictions.clone()),
             Box::new(m.leases.clone()),

@@ -6,6 +6,7 @@
 
 mod account;
 mod cluster;
+mod dead_letters;
 mod group;
 mod instance;
 mod storage;
@@ -44,6 +45,16 @@ pub fn rpcs() -> Rpcs {
         .rpc("listInstanceInfo", instance::list, "The instances of a group")
         .rpc("getCacheMeta", cache::get_cache_meta, "Blocks' locations and states, for debugging")
         .rpc("removeCache", cache::remove_cache, "Remove blocks (deleted in the background)")
+        .rpc(
+            "listDeadLetters",
+            dead_letters::list,
+            "kvcm: an instance's deletions the workers gave up on, oldest first, page by page",
+        )
+        .rpc(
+            "redriveDeadLetters",
+            dead_letters::redrive,
+            "kvcm: queue dead letters for deletion again (attempts start over), once their cause is fixed",
+        )
         .rpc("addAccount", account::add, "Add an account (admin or user)")
         .rpc("deleteAccount", account::delete, "Delete an account")
         .rpc("listAccount", account::list, "Every account (names, roles and instance-group scopes)")

@@ -74,8 +74,8 @@ impl DataPlane {
 
     /// Gives up on a deletion: moves its entry to the dead-letter stream with `fields`, and
     /// drops the location from the key's record so the key can be written again (see
-    /// `lua/dead_letter.lua`; an empty `key` leaves the record as it is). Returns whether a
-    /// location was dropped, or `None` when the entry was already gone.
+    /// `lua/dead_letter.lua`; an empty `key` leaves the record as it is) — unless the stream
+    /// already holds `bound` dead letters.
     #[allow(clippy::too_many_arguments, reason = "one argument per script input")]
     pub async fn dead_letter(
         &self,
@@ -84,17 +84,23 @@ impl DataPlane {
         id: &str,
         key: &[u8],
         loc: &[u8],
+        bound: u64,
         fields: &[(&[u8], &[u8])],
-    ) -> Result<Option<bool>> {
-        let mut args: Vec<&[u8]> = vec![group.as_bytes(), id.as_bytes(), key, loc];
+    ) -> Result<DeadLettered> {
+        let bound = bound.to_string();
+        let mut args: Vec<&[u8]> = vec![group.as_bytes(), id.as_bytes(), key, loc, bound.as_bytes()];
         for (k, v) in fields {
             args.push(k);
             args.push(v);
         }
         let r =
             self.run(&scripts::DEAD_LETTER, &[&keys.blocks, &keys.del, &keys.del_dead, &keys.del_fail], &args).await?;
-        let released: i64 = super::first(r)?;
-        Ok((released >= 0).then_some(released == 1))
+        match super::first::<i64>(r)? {
+            -1 => Ok(DeadLettered::Gone),
+            -2 => Ok(DeadLettered::Full),
+            released @ (0 | 1) => Ok(DeadLettered::Moved { released: released == 1 }),
+            other => Err(crate::Error::internal(format!("dead_letter.lua answered {other}"))),
+        }
     }
 
     /// Before unlinking an unpacked block's file: `"unlink"`, `"keep"` (a newer write owns the
@@ -210,4 +216,15 @@ impl DataPlane {
         }
         Ok(Some(Evicted { blocks, bytes: next()?, next_offset: next()?, exhausted: next()? == 1 }))
     }
+}
+
+/// What [`DataPlane::dead_letter`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLettered {
+    /// Moved to the dead-letter stream; `released`: a location was dropped from the key's record.
+    Moved { released: bool },
+    /// The entry was gone already (another worker completed it): nothing done.
+    Gone,
+    /// The dead-letter stream is at its bound: nothing done, the entry stays queued.
+    Full,
 }

@@ -10,6 +10,7 @@
 //! frequency bookkeeping that eviction needs is one follow-up write for the deepest block hit,
 //! whatever the number of blocks (`ZADD … XX`, so it can never resurrect an evicted block).
 
+pub mod dead_letters;
 pub mod durability;
 pub mod finish_write_cache;
 pub mod get_cache_location;

@@ -509,3 +509,81 @@ pub struct GetLeaderElectorConfigResponse {
     #[schema(value_type = UInt64)]
     pub campaign_delay_time_ms: u64,
 }
+
+/// kvcm extension: listDeadLetters — an instance's deletions given up on, oldest first.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct ListDeadLettersRequest {
+    pub trace_id: String,
+    /// Registered, or removed and still draining.
+    pub instance_id: String,
+    /// Only dead letters after this id (`next_start_after` of the previous page); "" = oldest.
+    pub start_after: String,
+    /// At most this many (1..=1000; 0 = 100).
+    pub limit: i32,
+}
+
+/// kvcm extension: one deletion given up on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(default)]
+pub struct DeadLetter {
+    /// The dead letter's id (what redriveDeadLetters takes).
+    pub id: String,
+    /// When it was given up on, unix milliseconds.
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub dead_since_ms: i64,
+    /// The block whose location was being deleted (0 for a packed file's own deletion).
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub block_key: i64,
+    /// The packed file (`<first block hex>_<hash hex>`) for a packed file's own deletion, else "".
+    pub packed_file: String,
+    /// The storage (its `global_unique_name`; `#<id>` if it no longer exists).
+    pub storage: String,
+    /// Why it was queued (`removed`, `evicted`, `write_failed`, `trim_all`, `file_released`, …).
+    pub reason: String,
+    /// The last attempt's error.
+    pub error: String,
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub attempts: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct ListDeadLettersResponse {
+    pub dead_letters: Vec<DeadLetter>,
+    /// Dead letters of the instance in all.
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub total: i64,
+    /// Pass as `start_after` for the next page; "" when this page is the last.
+    pub next_start_after: String,
+}
+
+/// kvcm extension: redriveDeadLetters — queue dead letters for deletion again (their attempts
+/// start over), once their cause is fixed.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct RedriveDeadLettersRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+    /// The dead letters to re-drive (at most 1000); empty: the `limit` oldest.
+    pub ids: Vec<String>,
+    /// With no `ids`: at most this many (1..=1000; 0 = 1000).
+    pub limit: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct RedriveDeadLettersResponse {
+    /// Dead letters queued for deletion again.
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub redriven: i64,
+    /// Ids given that are not dead letters (already re-driven, or never were).
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub not_found: i64,
+}

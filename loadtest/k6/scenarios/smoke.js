@@ -113,6 +113,10 @@ function storagesAndGroups(id, run) {
 
   call('admin', 'getCacheMeta', { instance_id: id, block_keys: ['1', '2'] });
   call('admin', 'removeCache', { instance_id: id, block_keys: ['1', '2'] });
+  const dead = call('admin', 'listDeadLetters', { instance_id: instance, limit: 10 }).reply;
+  check(dead, { 'listDeadLetters: none for a healthy new instance': (r) => r.dead_letters.length === 0 && Number(r.total) === 0 });
+  const redriven = call('admin', 'redriveDeadLetters', { instance_id: instance, ids: ['1-0'] }).reply;
+  check(redriven, { 'redriveDeadLetters: an id that is no dead letter is counted, not an error': (r) => Number(r.not_found) === 1 });
 
   call('admin', 'removeInstance', { instance_group: groupName, instance_id: instance });
   call('admin', 'removeInstanceGroup', { name: groupName });
