@@ -7,9 +7,10 @@
 -- ARGV[1] worker id
 -- ARGV[2] lease time, ms
 --
--- Reply: {1, lease value} (taken or renewed) | {5, holder} (another worker holds it)
+-- Reply: {1, lease value} (taken or renewed) | {1, "", holder} (another worker holds it) |
+--        {5, message} (a bad argument: a bug of the caller, never read as "held")
 -- Example: no lease; ARGV = {"w1", 5000} -> lease = "7:w1" PX 5000; reply {1, "7:w1"}.
---          Again by w1 -> PEXPIRE, {1, "7:w1"}; by w2 -> {5, "7:w1"}.
+--          Again by w1 -> PEXPIRE, {1, "7:w1"}; by w2 -> {1, "", "7:w1"}.
 if #KEYS ~= 2 or #ARGV ~= 2 then return redis.error_reply('lease_acquire: expected 2 keys, 2 args') end
 local ms = tonumber(ARGV[2])
 if not ms or ms < 1 then return {5, 'lease time must be positive'} end
@@ -19,7 +20,7 @@ if cur then
     redis.call('PEXPIRE', KEYS[1], ms)
     return {1, cur}
   end
-  return {5, cur}
+  return {1, '', cur}
 end
 local value = redis.call('INCR', KEYS[2]) .. ':' .. ARGV[1]
 redis.call('SET', KEYS[1], value, 'PX', ms)

@@ -94,3 +94,18 @@ async fn a_reclaim_round_longer_than_its_lease_keeps_the_group_lease() {
     }
     assert_eq!(freed, 119_500, "the round evicted down to the 500-byte watermark");
 }
+
+#[tokio::test]
+async fn a_lease_held_by_another_worker_and_a_bad_argument_are_different_outcomes() {
+    let access = kvcm_core::valkey::Access::from_urls(&[valkey_url()], 2000, 2000);
+    let data = kvcm_core::store::DataPlane::new(access.connect().await.unwrap(), &unique("ns"), Default::default());
+    let lease = data.group_lease_acquire("g", "w1", 5000).await.unwrap().expect("w1 takes the free lease");
+    assert!(lease.ends_with(":w1"), "{lease}");
+    assert_eq!(data.group_lease_acquire("g", "w1", 5000).await.unwrap(), Some(lease.clone()), "renewed");
+    assert_eq!(data.group_lease_acquire("g", "w2", 5000).await.unwrap(), None, "held by w1");
+    // A bug of the caller (a lease time of 0) used to read as "held by another worker", and
+    // the reclaimer skipped the group silently.
+    let e = data.group_lease_acquire("g", "w2", 0).await.unwrap_err();
+    assert!(e.to_string().contains("lease time must be positive"), "{e}");
+    data.group_lease_release("g", &lease).await.unwrap();
+}

@@ -2,7 +2,7 @@
 //! locations, expanding trimmed trash, evicting leaves under a fenced lease.
 
 use super::DataPlane;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::InstanceKeys;
 use crate::scripts;
 
@@ -151,11 +151,10 @@ impl DataPlane {
 
     async fn lease_acquire_at(&self, lease: &str, seq: &str, worker: &str, ms: u64) -> Result<Option<String>> {
         let ms = ms.to_string();
-        match self.run(&scripts::LEASE_ACQUIRE, &[lease, seq], &[worker.as_bytes(), ms.as_bytes()]).await {
-            Ok(r) => Ok(Some(super::first(r)?)),
-            Err(Error::Status { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let r = self.run(&scripts::LEASE_ACQUIRE, &[lease, seq], &[worker.as_bytes(), ms.as_bytes()]).await?;
+        // "" = another worker holds it; a bad argument is an error, never read as "held".
+        let value: String = super::first(r)?;
+        Ok((!value.is_empty()).then_some(value))
     }
 
     async fn lease_release_at(&self, lease_key: &str, lease: &str) -> Result<()> {
