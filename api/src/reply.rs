@@ -260,7 +260,9 @@ impl<T: Fields + Default> IntoResponse for Reply<T> {
         match self.0 {
             Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), body),
             Err(e) => {
-                if e.is_unavailable() {
+                if e.is_out_of_memory() {
+                    tracing::error!(error = %e, "request failed: Valkey is out of memory (raise maxmemory or lower quotas)");
+                } else if e.is_unavailable() {
                     // Expected during a failover, once per request: not an error of kvcm's.
                     tracing::warn!(error = %e, "request failed: the metadata store is unavailable");
                 } else if e.is_internal() {

@@ -70,12 +70,21 @@ impl Error {
     pub fn public_message(&self) -> String {
         match self {
             Error::Status { message, .. } | Error::Forbidden(message) | Error::Unavailable(message) => message.clone(),
+            Error::Valkey(_) if self.is_out_of_memory() => "the metadata store (Valkey) is out of memory (maxmemory \
+                 reached): writes fail until it has room; retry later"
+                .into(),
             Error::Valkey(_) if self.is_unavailable() => {
                 "the metadata store (Valkey) is unavailable (unreachable or failing over); retry shortly".into()
             }
             Error::Valkey(_) => "the metadata store (Valkey) returned an error".into(),
             Error::Internal(_) => "internal error; see the kvcm-api log".into(),
         }
+    }
+
+    /// Valkey refused a write because it reached `maxmemory` (`OOM`): unavailable to the caller
+    /// (503, retry later), and an operator must act (raise `maxmemory`, lower quotas).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::Valkey(e) if e.code() == Some("OOM"))
     }
 
     /// True for errors the operator should see in the log (not the caller's fault).
@@ -87,8 +96,9 @@ impl Error {
 /// Whether a Valkey error is one of unavailability, still there after the client's own retries:
 /// the connection failed or dropped, or the cluster is failing over (`CLUSTERDOWN`, `TRYAGAIN`,
 /// `MOVED`/`ASK` storms while slots migrate, `MASTERDOWN`, `READONLY` from a demoted primary,
-/// `LOADING` after a restart, no connection to the slot's node yet), or a script is running past
-/// its time (`BUSY`). Every other error is a bug or a corrupt reply (`INTERNAL_ERROR`).
+/// `LOADING` after a restart, no connection to the slot's node yet), a script is running past its
+/// time (`BUSY`), a primary lacks the replicas `min-replicas-to-write` asks for (`NOREPLICAS`), or
+/// Valkey is full (`OOM`). Every other error is a bug or a corrupt reply (`INTERNAL_ERROR`).
 fn unavailable(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
@@ -99,7 +109,7 @@ fn unavailable(e: &redis::RedisError) -> bool {
             S::ClusterDown | S::TryAgain | S::BusyLoading | S::Moved | S::Ask | S::MasterDown | S::ReadOnly,
         ) => true,
         ErrorKind::ClusterConnectionNotFound => true,
-        _ => matches!(e.code(), Some("BUSY")),
+        _ => matches!(e.code(), Some("BUSY" | "NOREPLICAS" | "OOM")),
     }
 }
 
@@ -124,11 +134,14 @@ mod tests {
             "MASTERDOWN Link with MASTER is down",
             "READONLY You can't write against a read only replica.",
             "BUSY Valkey is busy running a script.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
         ] {
             let e = server(line);
             assert_eq!(e.code(), StatusCode::SERVICE_NOT_READY, "{line}");
             assert!(e.is_unavailable(), "{line}");
             assert!(e.public_message().contains("retry"), "{line}");
+            assert_eq!(e.is_out_of_memory(), line.starts_with("OOM"), "{line}");
         }
         let io = Error::Valkey(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
         assert_eq!(io.code(), StatusCode::SERVICE_NOT_READY);

@@ -149,3 +149,19 @@ async fn a_write_resent_after_its_reply_was_lost_answers_what_the_first_run_did(
         .unwrap();
     assert_eq!(open, 0, "no session left open");
 }
+
+#[tokio::test]
+async fn a_full_valkey_refuses_writes_with_503_and_reads_go_on() {
+    let valkey = SoloValkey::start();
+    let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", valkey.url.as_str())]);
+    let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
+    fx.write(&[1, 2]).await;
+    let mut node = solo_valkey(&valkey.url).await;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query_async(&mut node).await.unwrap();
+    let (http, reply) = fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [3]})).await;
+    assert_eq!((http, code(&reply)), (503, "SERVICE_NOT_READY"), "{reply}");
+    assert!(message(&reply).contains("out of memory"), "{reply}");
+    assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &[1, 2], json!({})).await), vec![true, true]);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query_async(&mut node).await.unwrap();
+    fx.write(&[3]).await;
+}
