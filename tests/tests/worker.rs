@@ -90,6 +90,28 @@ async fn remove_storage_waits_for_sessions_open_and_deletions_queued_on_it() {
 }
 
 #[tokio::test]
+async fn remove_storage_waits_for_deletions_of_a_removed_instance_still_draining() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    fx.write_files(&[1, 2]).await;
+    // Its blocks removed (two deletions queued on "files"), then the instance itself: it is gone
+    // from the registry, its deletion stream is not.
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
+    assert_ok(&fx.api.admin("removeInstance", json!({"instance_id": fx.instance})).await);
+    assert_ok(&fx.api.admin("removeInstanceGroup", json!({"name": "g"})).await);
+    let remove = || fx.api.admin("removeStorage", json!({"storage_unique_name": "files"}));
+    assert_err(&remove().await, "INVALID_ARGUMENT", "2 deletion(s) queued for instance");
+    assert_err(&remove().await, "INVALID_ARGUMENT", "(removed, still draining)");
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    wait_until("removeStorage succeeds", 15, || async { code(&remove().await.1) == "OK" }).await;
+    assert!(
+        std::fs::read_dir(&fx.root).unwrap().flatten().all(|e| std::fs::read_dir(e.path()).map_or(true, |mut d| {
+            d.all(|spec| spec.map_or(true, |s| std::fs::read_dir(s.path()).map_or(true, |mut f| f.next().is_none())))
+        })),
+        "every file of the removed instance was deleted before its storage went"
+    );
+}
+
+#[tokio::test]
 async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
     let _w = WorkerProc::start(&fx.api.namespace, &[]);

@@ -47,14 +47,29 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<StorageNa
                              remove them (removeCache / trimCache) and let the workers delete them first"
                         )));
                     }
-                    // Files being written, or waiting to be deleted, would be left without an
-                    // owner: the deleter needs the storage's configuration to delete them.
+                }
+                // Files being written, or waiting to be deleted, would be left without an owner:
+                // the deleter needs the storage's configuration to delete them. Instances removed
+                // from the registry keep their deletion streams until drained: found by a scan.
+                let mut instances: std::collections::BTreeSet<String> = snap.instances.keys().cloned().collect();
+                let access = kvcm_core::valkey::Access::from_config(&s.config)
+                    .map_err(|e| Error::internal(format!("valkey access: {e}")))?;
+                kvcm_core::store::discovery::scan_instances(
+                    &mut s.conn.clone(),
+                    &access,
+                    &s.config.namespace,
+                    &mut instances,
+                )
+                .await?;
+                for instance in &instances {
                     let (sessions, deletions) = s.data.pending_on_storage(instance, id).await?;
                     if sessions + deletions > 0 {
+                        let removed =
+                            if snap.instances.contains_key(instance) { "" } else { " (removed, still draining)" };
                         return Err(Error::invalid(format!(
                             "storage '{name}' still has {sessions} write session(s) open and {deletions} \
-                             deletion(s) queued for instance '{instance}'; let the sessions finish or expire \
-                             and the workers delete the files, then remove it"
+                             deletion(s) queued for instance '{instance}'{removed}; let the sessions finish or \
+                             expire and the workers delete the files, then remove it"
                         )));
                     }
                 }

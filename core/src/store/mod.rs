@@ -11,6 +11,7 @@
 //! whatever the number of blocks (`ZADD … XX`, so it can never resurrect an evicted block).
 
 pub mod dead_letters;
+pub mod discovery;
 pub mod durability;
 pub mod finish_write_cache;
 pub mod get_cache_location;
