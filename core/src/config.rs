@@ -511,6 +511,12 @@ impl Config {
         if self.replica_ack_timeout_ms == 0 || self.replica_ack_timeout_ms > 60_000 {
             return bad("replica_ack_timeout_ms", "must be within 1..=60000 (0 would wait for ever)");
         }
+        if self.durability == Durability::ReplicaAck && self.replica_ack_timeout_ms >= self.valkey_timeout_ms {
+            return bad(
+                "replica_ack_timeout_ms",
+                "must be shorter than valkey_timeout_ms (a WAIT at its limit would otherwise race the client's own timeout)",
+            );
+        }
         if self.event_log_max_bytes < 4096 {
             return bad("event_log_max_bytes", "must be at least 4096");
         }

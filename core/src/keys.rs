@@ -194,6 +194,15 @@ impl InstanceKeys {
     }
 }
 
+/// The counter `durability = "replica_ack"` bumps after every write script of an instance (see
+/// `store::durability`), named from any key of the instance: `<ns>:v1:{i:<id>}:ack`.
+pub fn ack_key(instance_key: &str) -> String {
+    match instance_key.find("}:") {
+        Some(end) => format!("{}ack", &instance_key[..end + 2]),
+        None => format!("{instance_key}:ack"),
+    }
+}
+
 /// The instance id a per-instance key belongs to, if it is one of `namespace`'s.
 pub fn instance_of_key<'a>(namespace: &str, key: &'a str) -> Option<&'a str> {
     let rest = key.strip_prefix(namespace)?.strip_prefix(":v1:{i:")?;
@@ -259,6 +268,13 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ack_counter_is_in_the_instance_slot() {
+        let k = InstanceKeys::new("kvcm", "a:b");
+        assert_eq!(ack_key(&k.blocks), "kvcm:v1:{i:a:b}:ack");
+        assert_eq!(slot(&ack_key(&k.blocks)), slot(&k.blocks));
+    }
 
     #[test]
     fn slot_matches_the_cluster_spec_examples() {

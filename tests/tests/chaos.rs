@@ -65,6 +65,7 @@ impl Stack {
         let audit = audit_until_drained(&self.valkey, self.namespace(), Duration::from_secs(60)).await;
         println!("{scenario}: audit {}", serde_json::to_string(&audit).unwrap());
         assert!(audit.clean(), "{scenario}: the auditor found problems: {audit:#?}");
+        assert_eq!(audit.dead_letters, 0, "{scenario}: deletions were given up on: {audit:#?}");
         assert!(audit.drained(), "{scenario}: work still in flight after 60 s: {audit:#?}");
         assert_eq!(audit.orphan_bytes, 0, "{scenario}");
         if let Err(e) = verify_ledger(&self.fx.api, &self.fx.instance, &ledger).await {

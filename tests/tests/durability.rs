@@ -47,6 +47,13 @@ async fn with_replica_ack_a_write_no_replica_holds_is_503_and_its_resend_succeed
     assert_eq!(http, 503, "{reply}");
     assert_eq!(code(&reply), "SERVICE_NOT_READY", "{reply}");
     assert!(message(&reply).contains("0 of 1 replica") && message(&reply).contains("resend"), "{reply}");
+    // Resent while the replicas are still away: the first run is applied, the resend writes
+    // nothing of its own — it must not be acknowledged (WAIT would measure an older offset).
+    // Several resends, so that they go out on different connections.
+    for _ in 0..4 {
+        let (http, reply) = fx.api.meta("finishWriteCache", finish.clone()).await;
+        assert_eq!((http, code(&reply)), (503, "SERVICE_NOT_READY"), "a resend acknowledged: {reply}");
+    }
     // A new session cannot be acknowledged either.
     let (http, reply) = fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [9]})).await;
     assert_eq!((http, code(&reply)), (503, "SERVICE_NOT_READY"), "{reply}");
@@ -75,7 +82,16 @@ async fn with_durability_off_an_acknowledged_finish_can_be_lost_with_its_primary
     let (primary, replicas) = cluster.primary_of(&instance_key(&fx.api.namespace, &fx.instance, "blocks"));
     // Both replicas hold blocks 1 and 2 before they stop; then the primary drops its links to
     // them (the stopped replicas cannot come back for the finish: a partition).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
+    for r in &replicas {
+        let mut c = redis::Client::open(format!("redis://127.0.0.1:{r}")).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("READONLY").query(&mut c).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !redis::cmd("HEXISTS").arg(&blocks).arg(2i64.to_be_bytes().to_vec()).query::<bool>(&mut c).unwrap() {
+            assert!(std::time::Instant::now() < deadline, "replica {r} never received blocks 1 and 2");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     for r in &replicas {
         cluster.signal(*r, "-STOP");
     }

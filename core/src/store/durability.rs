@@ -8,6 +8,10 @@
 //! later command on its connection, so these pipelines use connections of their own (a few,
 //! taken in turn), never the connection reads share.
 //!
+//! A resent write that finds its first run applied writes nothing itself, so each pipeline also
+//! bumps a counter of the instance (`…:{i:<id>}:ack`) after the script: its replication follows
+//! the first run's, and WAIT then covers both.
+//!
 //! When fewer replicas acknowledge within the timeout, the write has happened on the primary
 //! but is not known to survive its loss: the caller gets `SERVICE_NOT_READY` (HTTP 503) and
 //! resends; the write scripts answer a resend like the first run (start and finish by their
@@ -68,6 +72,11 @@ impl ReplicaAck {
                 eval.arg(*a);
             }
         }
+        // A resent write finds its first run applied and writes nothing: WAIT alone would then
+        // measure this connection's older writes (or none) and could pass with no replica
+        // holding the first run. A write of its own after the script, replicated after it,
+        // makes WAIT cover everything the script's slot had before.
+        pipe.cmd("INCR").arg(crate::keys::ack_key(keys.first().copied().unwrap_or_default())).ignore();
         pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
         let (reply, acked): (Vec<Value>, i64) = match pipe.query_async(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -75,6 +84,12 @@ impl ReplicaAck {
                 // (NOSCRIPT means the script did not run).
                 let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
                 pipe.query_async(&mut conn).await?
+            }
+            // A primary demoted between the script and WAIT: a failover, not a bug.
+            Err(e) if e.to_string().contains("WAIT cannot be used with replica") => {
+                return Err(Error::Unavailable(
+                    "the shard's primary was demoted while the write was applied; resend the request".into(),
+                ));
             }
             other => other?,
         };
