@@ -315,12 +315,14 @@ impl Engine {
         'locations: for loc in &locations {
             for spec in loc["location_specs"].as_array().cloned().unwrap_or_default() {
                 let p = file_path(spec["uri"].as_str().unwrap_or_default());
-                // <root>/<instance>/<spec>/<file>
-                let root_there = p.ancestors().nth(3).is_some_and(|r| r.is_dir());
-                if !root_there
-                    || std::fs::create_dir_all(p.parent().unwrap()).is_err()
-                    || std::fs::write(&p, b"kv").is_err()
-                {
+                // <root>/<instance>/<spec>/<file>: the two directories under the root are made
+                // one level at a time, so a root that is gone is never made again here.
+                let made = |d: &std::path::Path| match std::fs::create_dir(d) {
+                    Ok(()) => true,
+                    Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+                };
+                let spec_dir = p.parent().unwrap();
+                if !made(spec_dir.parent().unwrap()) || !made(spec_dir) || std::fs::write(&p, b"kv").is_err() {
                     break 'locations;
                 }
             }

@@ -214,12 +214,23 @@ async fn a_storage_root_that_vanishes_and_a_hung_probe_lose_nothing() {
     })
     .await;
     assert!(unhealthy.is_some(), "the hung probe never made the storage unhealthy on the worker");
-    let _ = std::fs::remove_file(&probe);
+    // The mount recovers: the blocked open returns (a reader comes), and the root takes
+    // operations again (until then the worker runs none on it: see core/src/backend/file.rs).
+    unblock(&probe);
     s.settle(load, "storage root vanished, probe hung").await;
     // Hang it again and stop the worker: it exits although a probe thread is blocked.
     assert!(std::process::Command::new("mkfifo").arg(&probe).status().unwrap().success());
     tokio::time::sleep(Duration::from_millis(700)).await;
     let took = s.workers[0].terminate_within(Duration::from_secs(10));
-    let _ = std::fs::remove_file(&probe);
+    unblock(&probe);
     assert!(took.is_some_and(|t| t < Duration::from_secs(5)), "the worker took {took:?} to stop");
+}
+
+/// Opens the FIFO `path` for reading, releasing a writer blocked on it, then removes it. The open
+/// runs on a thread of its own: with no writer waiting it would block.
+fn unblock(path: &std::path::Path) {
+    let p = path.to_path_buf();
+    std::thread::spawn(move || drop(std::fs::File::open(&p)));
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = std::fs::remove_file(path);
 }

@@ -19,22 +19,61 @@ use std::time::Duration;
 /// may still run).
 pub const TIMED_OUT: &str = "storage operation timed out";
 
-/// Runs `op` on the blocking pool; its result, or an error once `timeout` has passed.
+/// Storage roots with an operation that timed out and has not returned yet (a hung mount).
+static HUNG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn hung() -> std::sync::MutexGuard<'static, Vec<String>> {
+    HUNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `op` on the blocking pool; its result, or an error once `timeout` has passed. While an
+/// operation on `root` is still blocked past its timeout, further ones on that root fail at once
+/// with the same error (not counted as another hung thread): a hung mount then holds one thread,
+/// not one per entry or probe, costs the deleter no further timeouts, and no later operation on
+/// the root can run — and succeed — while an earlier unlink may still land.
 pub(crate) async fn with_timeout<T: Send + 'static>(
+    root: &str,
     what: &str,
     timeout: Duration,
     op: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    match tokio::time::timeout(timeout, tokio::task::spawn_blocking(op)).await {
+    if hung().iter().any(|r| r == root) {
+        return Err(format!("{TIMED_OUT}: an earlier operation on {root} has not returned (a hung mount?)"));
+    }
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    // Both flags change only under the HUNG lock, so a thread returning just as its timeout
+    // fires either unmarks the root or is never marked.
+    let (done, marked) = (std::sync::Arc::new(AtomicBool::new(false)), std::sync::Arc::new(AtomicBool::new(false)));
+    let (done2, marked2, owned_root) = (done.clone(), marked.clone(), root.to_string());
+    let task = tokio::task::spawn_blocking(move || {
+        let result = op();
+        let mut h = hung();
+        done2.store(true, SeqCst);
+        if marked2.load(SeqCst)
+            && let Some(i) = h.iter().position(|r| *r == owned_root)
+        {
+            h.remove(i); // returned at last: the root takes operations again
+        }
+        result
+    });
+    match tokio::time::timeout(timeout, task).await {
         Ok(joined) => joined.map_err(|e| e.to_string())?,
-        Err(_) => Err(format!("{TIMED_OUT}: {what} took over {} ms (a hung mount?)", timeout.as_millis())),
+        Err(_) => {
+            let mut h = hung();
+            if !done.load(SeqCst) {
+                h.push(root.to_string());
+                marked.store(true, SeqCst);
+            }
+            Err(format!("{TIMED_OUT}: {what} took over {} ms (a hung mount?)", timeout.as_millis()))
+        }
     }
 }
 
 /// Deletes `name` in every spec directory of `dir` (an instance directory under `root`).
 /// Missing files and directories are success (a redelivered entry finds them gone).
 pub(crate) async fn unlink(root: String, dir: String, name: String, timeout: Duration) -> Result<(), String> {
-    with_timeout("deleting", timeout, move || {
+    let at = root.clone();
+    with_timeout(&at, "deleting", timeout, move || {
         root_present(&root)?;
         unlink_in_spec_dirs(&dir, &name)
     })
@@ -45,7 +84,8 @@ pub(crate) async fn unlink(root: String, dir: String, name: String, timeout: Dur
 /// and writing to the local disk underneath would be wrong) and `probe` can be written and
 /// removed in it.
 pub(crate) async fn probe(root: String, probe: String, timeout: Duration) -> Result<(), String> {
-    with_timeout("the health probe", timeout, move || {
+    let at = root.clone();
+    with_timeout(&at, "the health probe", timeout, move || {
         if !Path::new(&root).is_dir() {
             return Err(format!("root {root} is not a directory (not mounted?)"));
         }
@@ -208,8 +248,25 @@ mod tests {
                 .unwrap_err();
         assert!(e.starts_with(super::TIMED_OUT) && e.contains("health probe"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
-        // Unblock the thread (a reader opens the FIFO), then clean up.
+        // While it is still blocked, the root's next operation fails at once, spawning nothing.
+        let (r, p) = (root.display().to_string(), fifo.display().to_string());
+        let t = std::time::Instant::now();
+        let e = super::probe(r.clone(), p.clone(), std::time::Duration::from_secs(10)).await.unwrap_err();
+        assert!(e.contains("has not returned"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500), "{:?}", t.elapsed());
+        // Unblock the thread (a reader opens the FIFO): the root takes operations again.
         let _ = fs::File::open(&fifo);
+        let again = async {
+            loop {
+                let other = root.join("~kvcm-health-other").display().to_string();
+                match super::probe(r.clone(), other, std::time::Duration::from_secs(5)).await {
+                    Ok(()) => return,
+                    Err(e) => assert!(e.contains("has not returned"), "{e}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), again).await.expect("the root never recovered");
         fs::remove_dir_all(&root).unwrap();
     }
 }
