@@ -97,12 +97,14 @@ end
 -- be evicted. A link closes a cycle only if the chain above the previous key comes back to the
 -- run of linked keys it starts; `unlinked[i]` keeps key i a chain root of its own instead.
 -- Chains that stay in request order (every key's parent the key before it, the common case) are
--- known safe in one pass; only a chain that leaves the request is walked, at most WALK_STEPS
--- records (past that the link is not made: a missing parent link costs eviction order, never
--- a wrong answer).
+-- known safe in one pass; only a chain that leaves the request is walked, WALK_STEPS records at
+-- most for the whole request (a bounded cost whatever the request). A walk cut short keeps its
+-- link: a cycle longer than that needs the drop above to happen along a chain that deep, and
+-- `kvcm-worker audit` reports cycles if one ever forms.
 local unlinked = {}
 do
-  local WALK_STEPS = 256
+  local WALK_STEPS = 2048
+  local steps = 0
   local linked = {} -- key -> index, for keys that get a new record (and so a new parent link)
   for _, i in ipairs(new) do
     if not recs[i] then linked[ARGV[6 + i]] = i end
@@ -135,15 +137,16 @@ do
       -- s starts a run of linked keys s..e; walk up from key s - 1.
       local e = s
       while e < nk and linked[ARGV[7 + e]] == e + 1 do e = e + 1 end
-      local idx, key, steps, cycle = s - 1, ARGV[5 + s], 0, false
+      local idx, key, cycle = s - 1, ARGV[5 + s], false
       while key do
         steps = steps + 1
-        if steps > WALK_STEPS then cycle = true break end
+        if steps > WALK_STEPS then break end -- cut short: the link is kept
         local at = linked[key] or idx
         if at then
           if at >= s and at <= e then cycle = true break end
           if in_order[at] then
-            cycle = at > e -- in order from above the run, the chain passes through it
+            -- In request order down to a root: never through the run, whose keys are not in
+            -- order (the key before it is not).
             break
           end
           local p, prev = parent_at(at)

@@ -262,6 +262,15 @@ async fn a_chain_that_leaves_the_request_keeps_its_links_when_it_makes_no_cycle(
     let mut got = leaves.clone();
     got.sort();
     assert_eq!(got, want, "{leaves:?}");
+    // A request that starts 400 blocks deep in a stored chain: the walk up from 1410 goes 410
+    // records to the chain's root (within the request's budget of 2,048) and finds no cycle, so
+    // 9999 names 1410, which stops being a leaf (a budget of 256 dropped this link).
+    let chain: Vec<i64> = (1000..1600).collect();
+    fx.write(&chain).await;
+    fx.write(&[1400, 1410, 9999]).await;
+    let leaves: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
+    assert!(leaves.contains(&field(9999)) && leaves.contains(&field(1599)), "{leaves:?}");
+    assert!(!leaves.contains(&field(1410)), "9999 was not linked to 1410: {leaves:?}");
 }
 
 #[tokio::test]
