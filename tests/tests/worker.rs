@@ -93,13 +93,15 @@ async fn remove_storage_waits_for_sessions_open_and_deletions_queued_on_it() {
 async fn remove_storage_waits_for_deletions_of_a_removed_instance_still_draining() {
     let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
     fx.write_files(&[1, 2]).await;
-    // Its blocks removed (two deletions queued on "files"), then the instance itself: it is gone
-    // from the registry, its deletion stream is not.
+    fx.write_files(&[7]).await;
+    // Two blocks removed (two deletions queued on "files"), then the instance itself, which
+    // trims block 7 into a trash no worker has expanded yet (one more entry, naming no storage):
+    // the instance is gone from the registry, its deletion stream is not.
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
     assert_ok(&fx.api.admin("removeInstance", json!({"instance_id": fx.instance})).await);
     assert_ok(&fx.api.admin("removeInstanceGroup", json!({"name": "g"})).await);
     let remove = || fx.api.admin("removeStorage", json!({"storage_unique_name": "files"}));
-    assert_err(&remove().await, "INVALID_ARGUMENT", "2 deletion(s) queued for instance");
+    assert_err(&remove().await, "INVALID_ARGUMENT", "3 deletion(s) queued for instance");
     assert_err(&remove().await, "INVALID_ARGUMENT", "(removed, still draining)");
     let _w = WorkerProc::start(&fx.api.namespace, &[]);
     wait_until("removeStorage succeeds", 15, || async { code(&remove().await.1) == "OK" }).await;

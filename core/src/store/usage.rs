@@ -85,10 +85,11 @@ impl DataPlane {
             from = format!("({last}");
             for (_, fields) in &page {
                 // A trim's trash names no storage until a worker expands it into one entry per
-                // location (which then counts); an entry with a location too short to read counts.
+                // location: it may hold blocks of any storage, so it counts (as does an entry
+                // with a location too short to read).
                 let on = match fields.get("l") {
                     Some(l) => l.get(1..3).is_none_or(|id| u16::from_le_bytes([id[0], id[1]]) == storage),
-                    None => false,
+                    None => fields.contains_key("trash"),
                 };
                 deletions += on as usize;
             }
