@@ -46,6 +46,30 @@ async fn the_auditor_finds_missing_and_orphan_files_wrong_usage_and_stuck_deleti
     assert_eq!(a.usage_mismatches.count, 1, "{a:#?}");
     assert!(a.usage_mismatches.shown[0].contains("197 bytes in 3 blocks"), "{a:#?}");
 
+    // Two records naming each other as parent; a write whose session is no longer open.
+    let header = |parent: i64| [&[1u8][..], &parent.to_be_bytes(), &[0, 0]].concat();
+    let _: () = redis::cmd("HSET")
+        .arg(&blocks)
+        .arg(10i64.to_be_bytes().to_vec())
+        .arg(header(11))
+        .arg(11i64.to_be_bytes().to_vec())
+        .arg(header(10))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let s = fx.start(&[20]).await;
+    let sessions = instance_key(&fx.api.namespace, &fx.instance, "sessions");
+    let _: () = redis::cmd("ZREM")
+        .arg(&sessions)
+        .arg(s["write_session_id"].as_str().unwrap())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let a = kvcm_worker::audit::run(&w).await.unwrap();
+    assert_eq!(a.parent_cycles.count, 2, "{a:#?}");
+    assert_eq!((a.stuck_writes.count, a.writing_locations), (1, 1), "{a:#?}");
+    assert!(a.stuck_writes.shown[0].contains("0000000000000014"), "{a:#?}");
+
     // The command line: the same report as JSON, exit status 1.
     let out = std::process::Command::new(bin_path("kvcm-worker"))
         .arg("audit")
@@ -57,4 +81,21 @@ async fn the_auditor_finds_missing_and_orphan_files_wrong_usage_and_stuck_deleti
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["missing_files"]["count"], 1, "{report}");
     assert_eq!(report["orphan_bytes"], 7, "{report}");
+}
+
+#[tokio::test]
+async fn packed_files_are_accounted_for_until_their_last_block_goes() {
+    // Four blocks to a file, two specs: each file in both spec directories.
+    let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 4, json!({})).await;
+    let paths = fx.write_files(&[1, 2, 3, 4, 5, 6]).await;
+    let w = auditor(&valkey_url(), &fx.api.namespace).await;
+    let a = kvcm_worker::audit::run(&w).await.unwrap();
+    assert!(a.clean(), "{a:#?}");
+    let distinct: std::collections::BTreeSet<_> = paths.iter().collect();
+    assert_eq!((a.serving_locations, a.files_seen), (6, distinct.len() as u64), "{a:#?}");
+    // One member of a file removed (queued, its file stays for the others): still clean.
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2]})).await);
+    let a = kvcm_worker::audit::run(&w).await.unwrap();
+    assert!(a.clean(), "{a:#?}");
+    assert_eq!(a.queued_deletions, 1, "{a:#?}");
 }

@@ -13,6 +13,10 @@
 //!   serving locations;
 //! * **stuck deletions**: every location in state `D`/`X` has a deletion entry or a dead letter
 //!   that will (or did) account for it; otherwise nothing will ever free the key;
+//! * **stuck writes**: every location being written belongs to a session that is still open
+//!   (else nothing finishes or expires it);
+//! * **parent cycles**: no block is on a cycle of parent links (none of a cycle can ever become
+//!   a leaf, so none can be evicted);
 //! * and it counts what is still in flight (open sessions, `W` locations, queued deletions), which
 //!   on a quiet system with workers running drains to zero.
 //!
@@ -66,6 +70,11 @@ pub struct Audit {
     pub orphan_bytes: u64,
     pub usage_mismatches: Problems,
     pub stuck_deletions: Problems,
+    /// Locations being written whose write session is no longer open: nothing will finish or
+    /// expire them.
+    pub stuck_writes: Problems,
+    /// Blocks on a cycle of parent links: none of them can become a leaf, so none is evictable.
+    pub parent_cycles: Problems,
     pub unreadable_records: Problems,
 }
 
@@ -164,15 +173,26 @@ async fn instance_audit(
     let keys = InstanceKeys::new(&w.config.namespace, instance);
     let mut conn = w.conn.clone();
     let info = snap.instances.get(instance).map(|i| &**i);
-    let records = hscan(&mut conn, &keys.blocks).await?;
+    // HSCAN may return a field twice while the hash is rehashed: once each.
+    let records: Vec<(Vec<u8>, Vec<u8>)> =
+        hscan(&mut conn, &keys.blocks).await?.into_iter().collect::<HashMap<_, _>>().into_iter().collect();
     let queued = stream(&mut conn, &keys.del).await?;
     let dead = stream(&mut conn, &keys.del_dead).await?;
     audit.queued_deletions += queued.len() as u64;
     audit.dead_letters += dead.len() as u64;
-    audit.open_sessions += redis::cmd("ZCARD").arg(&keys.sessions).query_async::<u64>(&mut conn).await?;
+    // Open sessions, and the session numbers their `W` locations carry.
+    let sessions: Vec<String> = redis::cmd("ZRANGE").arg(&keys.sessions).arg(0).arg(-1).query_async(&mut conn).await?;
+    audit.open_sessions += sessions.len() as u64;
+    let mut open_seqs = HashSet::new();
+    for id in &sessions {
+        let rec: Option<Vec<u8>> = redis::cmd("GET").arg(keys.session(id)).query_async(&mut conn).await?;
+        if let Some(seq) = rec.as_deref().and_then(|r| r.get(..4)) {
+            open_seqs.insert(u32::from_le_bytes([seq[0], seq[1], seq[2], seq[3]]));
+        }
+    }
     // Trims not yet expanded: their trash hashes hold whole records.
     let mut trashed = Vec::new();
-    for (_, fields) in &queued {
+    for (_, fields) in queued.iter().chain(&dead) {
         if let Some(trash) = fields.get("trash") {
             trashed.extend(hscan(&mut conn, &String::from_utf8_lossy(trash)).await?);
         }
@@ -220,7 +240,15 @@ async fn instance_audit(
                         audit.missing_files.add(format!("{instance}: block {key:016x} serves {}", path.display()));
                     }
                 }
-                LocState::Writing => audit.writing_locations += 1,
+                LocState::Writing => {
+                    audit.writing_locations += 1;
+                    if !open_seqs.contains(&loc.seq) {
+                        audit.stuck_writes.add(format!(
+                            "{instance}: block {key:016x} is being written by session number {} which is not open",
+                            loc.seq
+                        ));
+                    }
+                }
                 LocState::Deleting => {
                     audit.deleting_locations += 1;
                     if !queued_locs.contains(&(field.clone(), loc_bytes[1..].to_vec())) {
@@ -233,6 +261,16 @@ async fn instance_audit(
                 }
             }
         }
+    }
+    let parents: HashMap<i64, i64> = records
+        .iter()
+        .filter_map(|(f, raw)| {
+            let key = i64::from_be_bytes(f.as_slice().try_into().ok()?);
+            Some((key, BlockRecord::decode(raw)?.parent?))
+        })
+        .collect();
+    for key in on_cycles(&parents) {
+        audit.parent_cycles.add(format!("{instance}: block {key:016x} is on a cycle of parent links"));
     }
     for (field, raw) in &trashed {
         let (Some(key), Some(rec)) =
@@ -294,16 +332,32 @@ impl Accounting<'_> {
         let Some(cfg) = kvcm_core::store::storage_of(self.snap, loc.storage) else { return Vec::new() };
         let Some(dir) = Backend::of(cfg).instance_dir(self.instance) else { return Vec::new() };
         let name = Backend::file_name(key, loc);
-        let specs: Vec<String> = match self.info {
-            Some(info) => location_specs(info, loc.group).iter().map(|(s, _)| path_segment(s).into_owned()).collect(),
-            // A removed instance's specs are unknown: its file counts in whichever spec holds it.
-            None => std::fs::read_dir(&dir)
-                .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-                .unwrap_or_default(),
+        let in_dirs = |specs: Vec<String>| -> Vec<PathBuf> {
+            specs.iter().map(|s| Path::new(&dir).join(s).join(&name)).collect()
         };
-        let paths: Vec<PathBuf> = specs.iter().map(|s| Path::new(&dir).join(s).join(&name)).collect();
-        self.files.extend(paths.iter().cloned());
-        paths
+        // A removed instance's specs are unknown: its file counts in whichever spec holds it.
+        let listed = || -> Vec<String> {
+            std::fs::read_dir(&dir)
+                .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default()
+        };
+        let own: Vec<PathBuf> = match self.info {
+            Some(info) => {
+                in_dirs(location_specs(info, loc.group).iter().map(|(s, _)| path_segment(s).into_owned()).collect())
+            }
+            None => in_dirs(listed()),
+        };
+        // A packed file is shared by blocks of several spec groups and goes from every spec
+        // directory only with its last block: it is accounted for wherever it is.
+        if loc.packed.is_some() {
+            let all = match self.info {
+                Some(info) => info.location_spec_infos.iter().map(|s| path_segment(&s.name).into_owned()).collect(),
+                None => listed(),
+            };
+            self.files.extend(in_dirs(all));
+        }
+        self.files.extend(own.iter().cloned());
+        own
     }
 
     fn by_dir(self) -> HashMap<PathBuf, HashSet<PathBuf>> {
@@ -315,6 +369,37 @@ impl Accounting<'_> {
         }
         out
     }
+}
+
+/// The blocks on a cycle of parent links (each reported once).
+fn on_cycles(parents: &HashMap<i64, i64>) -> Vec<i64> {
+    // 0: not seen, 1: on the current walk, 2: done.
+    let mut state: HashMap<i64, u8> = HashMap::new();
+    let mut found = Vec::new();
+    for &start in parents.keys() {
+        let mut path = Vec::new();
+        let mut at = Some(start);
+        while let Some(k) = at {
+            match state.get(&k).copied().unwrap_or(0) {
+                2 => break,
+                1 => {
+                    // The walk came back to k: the blocks from k on are a cycle.
+                    let from = path.iter().position(|p| *p == k).unwrap_or(0);
+                    found.extend_from_slice(&path[from..]);
+                    break;
+                }
+                _ => {
+                    state.insert(k, 1);
+                    path.push(k);
+                    at = parents.get(&k).copied();
+                }
+            }
+        }
+        for k in path {
+            state.insert(k, 2);
+        }
+    }
+    found
 }
 
 fn subject(fields: &HashMap<String, Vec<u8>>) -> Option<Queued> {
