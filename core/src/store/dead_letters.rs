@@ -10,20 +10,12 @@ use crate::store::record::decode_location;
 use crate::wire::admin::DeadLetter;
 use std::collections::HashMap;
 
-/// A stream entry id (`<ms>-<seq>`), checked before it reaches XRANGE.
+/// A stream entry id (`<ms>-<seq>`, two u64), checked before it reaches XRANGE.
 fn entry_id(field: &str, id: &str) -> Result<()> {
-    let ok = id.split_once('-').is_some_and(|(ms, seq)| {
-        !ms.is_empty()
-            && !seq.is_empty()
-            && ms.len() <= 20
-            && seq.len() <= 20
-            && ms.bytes().all(|b| b.is_ascii_digit())
-            && seq.bytes().all(|b| b.is_ascii_digit())
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!("{field} \"{}\" is not a dead-letter id (<ms>-<seq>)", id.escape_debug())))
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u64>().is_ok();
+    match id.split_once('-') {
+        Some((ms, seq)) if digits(ms) && digits(seq) => Ok(()),
+        _ => Err(Error::invalid(format!("{field} \"{}\" is not a dead-letter id (<ms>-<seq>)", id.escape_debug()))),
     }
 }
 
@@ -110,5 +102,17 @@ fn letter(snap: &Snapshot, e: redis::streams::StreamId) -> DeadLetter {
         error: text("error"),
         attempts: text("attempts").parse().unwrap_or(0),
         id: e.id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dead_letter_ids_are_two_u64() {
+        assert!(super::entry_id("ids", "1700000000000-0").is_ok());
+        assert!(super::entry_id("ids", "18446744073709551615-18446744073709551615").is_ok());
+        for bad in ["", "1", "1-", "-1", "1-x", "+1-0", "18446744073709551616-0", "1-0-0", "99999999999999999999-1"] {
+            assert!(super::entry_id("ids", bad).is_err(), "{bad}");
+        }
     }
 }
