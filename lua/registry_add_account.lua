@@ -10,10 +10,15 @@
 -- ARGV[2] account JSON (password already hashed by the caller)
 -- ARGV[3] role name: "ROLE_ADMIN" or "ROLE_USER"
 --
--- Reply: {1, new_version} | {6, message} (exists) | {5, message} (no admin yet)
+-- Reply: {1, new_version} (also for a resend of this very request) | {6, message} (exists) |
+--        {5, message} (no admin yet)
 -- Example: accounts = {}, api_keys = {}; ARGV = {"ops", "{...}", "ROLE_USER"} -> {5, "... ROLE_ADMIN ..."}.
 if #KEYS ~= 3 or #ARGV ~= 3 then return redis.error_reply('registry_add_account: expected 3 keys, 3 args') end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+local existing = redis.call('HGET', KEYS[2], ARGV[1])
+-- This very request resent after a lost reply (the salted password hash makes an account's
+-- JSON unique to the request that built it): done already.
+if existing == ARGV[2] then return {1, tostring(redis.call('GET', KEYS[1]) or '0')} end
+if existing then
   return {6, "account '" .. ARGV[1] .. "' already exists; delete it first to change its password or role"}
 end
 if ARGV[3] ~= 'ROLE_ADMIN' and admins(KEYS[2]) + admins(KEYS[3]) == 0 then

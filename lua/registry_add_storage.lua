@@ -15,7 +15,8 @@
 -- ARGV[2] config    StorageConfig JSON
 -- ARGV[3..] seen    name, JSON, name, JSON…: every storage the caller read (possibly none)
 --
--- Reply: {1, new_version} | {6, message} (exists) | {4, message} (storages changed since the
+-- Reply: {1, new_version} (also when exactly this storage exists: a resend) | {6, message}
+--        (exists with another configuration) | {4, message} (storages changed since the
 --        caller read them: the caller re-reads and retries) | {7, message} (65535 ids used up)
 -- Example: storages = {} ; ARGV = {"nfs_01", "{...}"} -> storages = {nfs_01 = "{...}"},
 --          storage_ids = {nfs_01 = 1}, {1, "1"}. Again with the same name -> {6, "... already exists ..."}.
@@ -23,8 +24,12 @@
 if #KEYS ~= 4 or #ARGV < 2 or #ARGV % 2 ~= 0 then
   return redis.error_reply('registry_add_storage: expected 4 keys, 2 args + name/config pairs')
 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return {6, "storage '" .. ARGV[1] .. "' already exists; use updateStorage to change it"}
+local existing = redis.call('HGET', KEYS[2], ARGV[1])
+-- The same storage again — a client's resend after a lost reply, or an admin's repeated
+-- request — is done already: answer as the first run did.
+if existing == ARGV[2] then return {1, tostring(redis.call('GET', KEYS[1]) or '0')} end
+if existing then
+  return {6, "storage '" .. ARGV[1] .. "' already exists (with another configuration); use updateStorage to change it"}
 end
 local changed = {4, "the storages changed while storage '" .. ARGV[1] .. "' was being checked against them; retry"}
 if redis.call('HLEN', KEYS[2]) ~= (#ARGV - 2) / 2 then return changed end

@@ -165,3 +165,51 @@ async fn a_full_valkey_refuses_writes_with_503_and_reads_go_on() {
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query_async(&mut node).await.unwrap();
     fx.write(&[3]).await;
 }
+
+// Multi-threaded: the proxy's tasks must run while Api::start blocks this thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_creates_resent_after_their_reply_was_lost_answer_ok() {
+    let valkey = SoloValkey::start();
+    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = ReplyDropper::start(port).await;
+    let mut node = solo_valkey(&valkey.url).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
+    let root = repo_root().join(".kvcm/test-data").join(unique("resend"));
+    std::fs::create_dir_all(&root).unwrap();
+    // Each create's script runs, its reply is lost with the connection, the client resends it:
+    // the engine or admin must see the create succeed, not "already exists".
+    let creates = [
+        (
+            "addStorage",
+            json!({"storage": {"global_unique_name": "resent_storage", "nfs": {"root_path": root.to_str().unwrap()}}}),
+            &b"resent_storage"[..],
+        ),
+        (
+            "createInstanceGroup",
+            json!({"instance_group": {"name": "resent_group", "storage_candidates": ["resent_storage"], "version": 1}}),
+            b"resent_group",
+        ),
+        (
+            "addAccount",
+            json!({"user_name": "resent_admin", "password": "a-long-password", "role": "ROLE_ADMIN"}),
+            b"resent_admin",
+        ),
+    ];
+    for (i, (rpc, body, needle)) in creates.into_iter().enumerate() {
+        proxy.lose_reply_to(needle);
+        let reply = api.post(&api.admin, rpc, body.to_string(), None).await;
+        assert_eq!(proxy.lost(), i + 1, "{rpc}: the reply was not lost");
+        assert_ok(&reply);
+    }
+    let (_, storages) =
+        api.post(&api.admin, "listStorage", "{}".into(), Some("Bearer resent_admin:a-long-password")).await;
+    assert_eq!(storages["storage"].as_array().map(Vec::len), Some(1), "{storages}");
+}

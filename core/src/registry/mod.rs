@@ -633,9 +633,11 @@ impl Registry {
         for cfg in startup.storages {
             let name = cfg.global_unique_name.clone();
             match self.add_storage(cfg).await {
-                Ok(()) => tracing::info!(storage = %name, "startup config: storage added"),
+                Ok(()) => {
+                    tracing::info!(storage = %name, "startup config: storage present (added, or already as configured)")
+                }
                 Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
-                    tracing::info!(storage = %name, "startup config: storage exists; left unchanged")
+                    tracing::info!(storage = %name, "startup config: storage exists with another configuration; left unchanged")
                 }
                 Err(e) => return Err(prefix(e, &format!("startup config storage '{name}'"))),
             }
@@ -643,9 +645,11 @@ impl Registry {
         for g in startup.groups {
             let name = g.name.clone();
             match self.create_group(g).await {
-                Ok(()) => tracing::info!(group = %name, "startup config: instance group created"),
+                Ok(()) => {
+                    tracing::info!(group = %name, "startup config: instance group present (created, or already as configured)")
+                }
                 Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, .. }) => {
-                    tracing::info!(group = %name, "startup config: instance group exists; left unchanged")
+                    tracing::info!(group = %name, "startup config: instance group exists with another configuration; left unchanged")
                 }
                 Err(e) => return Err(prefix(e, &format!("startup config instance group '{name}'"))),
             }
