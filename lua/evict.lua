@@ -5,6 +5,8 @@
 --
 -- KEYS[1] blocks  KEYS[2] usage  KEYS[3] lru  KEYS[4] lfu  KEYS[5] itouch  KEYS[6] del
 -- KEYS[7] lease   the caller's reclaim lease (fencing: the call is refused if it is not theirs)
+-- KEYS[8] evict_last  string: the last call's id and reply, kept a minute, so that a call the
+--         client resends after its reply was lost answers the same instead of evicting again
 -- ARGV[1] bytes per spec group, comma separated, index 0 = every spec
 -- ARGV[2] index: "lru" (least recent first) or "lfu" (least frequent first)
 -- ARGV[3] N, leaves per call (1..1000)
@@ -13,16 +15,24 @@
 -- ARGV[6] the lease value the caller holds (`<token>:<worker>`)
 -- ARGV[7] stop once this many bytes are freed ("0" = only N limits)
 -- ARGV[8] index offset to start from (leaves skipped by an earlier call: other storages)
+-- ARGV[9] the call's id (random per call)
 --
 -- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {1, -1} (the lease
 --        is not the caller's any more: nothing done) | {5, message} (bad argument). With a storage filter, a call looks at no more than 4N
 --        leaves; the caller continues from `next offset` until `exhausted`.
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
 --          when C went), lru = {A}; reply {1, 2, bytes}.
-if #KEYS ~= 7 or #ARGV ~= 8 then return redis.error_reply('evict: expected 7 keys, 8 args') end
+if #KEYS ~= 8 or #ARGV ~= 9 then return redis.error_reply('evict: expected 8 keys, 9 args') end
 -- A lost lease is an outcome of its own, not an error: a bad argument (a bug) must not read
 -- as one.
 if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {1, -1} end
+local last = redis.call('GET', KEYS[8])
+if last and #ARGV[9] > 0 and last:sub(1, #ARGV[9] + 1) == ARGV[9] .. ':' then
+  -- This very call, resent after its reply was lost: it already evicted; answer the same.
+  local again = {1}
+  for v in string.gmatch(last:sub(#ARGV[9] + 2), '[^:]+') do again[#again + 1] = tonumber(v) end
+  return again
+end
 local sizes = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
 local index = (ARGV[2] == 'lfu') and KEYS[4] or KEYS[3]
@@ -77,4 +87,5 @@ while evicted < n and scanned < start + n * 4 and (budget <= 0 or freed < budget
     scanned = scanned + 1 -- serving, but on another storage than the one being reclaimed
   end
 end
+redis.call('SET', KEYS[8], ARGV[9] .. ':' .. evicted .. ':' .. freed .. ':' .. scanned .. ':' .. exhausted, 'PX', 60000)
 return {1, evicted, freed, scanned, exhausted}

@@ -139,6 +139,8 @@ pub struct InstanceKeys {
     pub lease: String,
     /// String counter handing out lease fencing tokens.
     pub lease_seq: String,
+    /// String: the last evict call's id and reply, for a minute (`lua/evict.lua`).
+    pub evict_last: String,
 }
 
 impl InstanceKeys {
@@ -159,6 +161,7 @@ impl InstanceKeys {
             del_fail: k("del_fail"),
             lease: k("lease"),
             lease_seq: k("lease_seq"),
+            evict_last: k("evict_last"),
             prefix,
         }
     }

@@ -213,3 +213,35 @@ async fn registry_creates_resent_after_their_reply_was_lost_answer_ok() {
         api.post(&api.admin, "listStorage", "{}".into(), Some("Bearer resent_admin:a-long-password")).await;
     assert_eq!(storages["storage"].as_array().map(Vec::len), Some(1), "{storages}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_resent_after_its_reply_was_lost_evicts_once() {
+    let valkey = SoloValkey::start();
+    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = ReplyDropper::start(port).await;
+    let mut node = solo_valkey(&valkey.url).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(proxy.port)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
+    let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
+    for k in [1, 2, 3] {
+        fx.write(&[k]).await; // three chains of one block: three leaves
+    }
+    let access = kvcm_core::valkey::Access::from_urls(&[url], 2000, 2000);
+    let data = kvcm_core::store::DataPlane::new(access.connect().await.unwrap(), &fx.api.namespace, Default::default());
+    let lease = data.lease_acquire(&fx.instance, "w-resend", 60_000).await.unwrap().expect("the lease");
+    // The evict script runs, its reply is lost with the connection, the client resends it.
+    proxy.lose_reply_to(lease.as_bytes());
+    let lru = kvcm_core::store::maintenance::EvictIndex::Lru;
+    let evicted = data.evict(&fx.instance, &[4096, 4096], lru, 1, None, None, &lease, 0, 0).await.unwrap();
+    assert_eq!(proxy.lost(), 1, "the evict's reply was not lost");
+    assert_eq!(evicted.map(|e| e.blocks), Some(1), "{evicted:?}");
+    let served = Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2, 3], json!({})).await);
+    assert_eq!(served.iter().filter(|s| **s).count(), 2, "one block evicted, not two: {served:?}");
+}

@@ -191,10 +191,21 @@ impl DataPlane {
             budget.max(0).to_string(),
         );
         let offset = offset.max(0).to_string();
+        // A resent call (its reply lost with a connection) answers what it did, once.
+        let call = format!("{:016x}", fastrand::u64(..));
         let r = self
             .run(
                 &scripts::EVICT,
-                &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del, &keys.lease],
+                &[
+                    &keys.blocks,
+                    &keys.usage,
+                    &keys.lru,
+                    &keys.lfu,
+                    &keys.itouch,
+                    &keys.del,
+                    &keys.lease,
+                    &keys.evict_last,
+                ],
                 &[
                     sizes.as_bytes(),
                     index.as_bytes(),
@@ -204,6 +215,7 @@ impl DataPlane {
                     lease.as_bytes(),
                     budget.as_bytes(),
                     offset.as_bytes(),
+                    call.as_bytes(),
                 ],
             )
             .await?;
