@@ -513,7 +513,9 @@ async fn record_failure(state: &AppState, user: &str, address: &str) -> Result<(
         .arg(c.auth_backoff_after)
         .arg(c.auth_backoff_base_ms)
         .arg(c.auth_backoff_max_ms)
-        .arg(c.auth_failure_window_s * 1000);
+        .arg(c.auth_failure_window_s * 1000)
+        // A resend of this call (its reply lost with a connection) counts nothing twice.
+        .arg(format!("{:016x}", fastrand::u64(..)));
     let reply: (i64, String) = inv.invoke_async(&mut state.conn.clone()).await?;
     kvcm_core::scripts::status_reply(reply)?;
     tracing::warn!(%user, %address, "failed login");

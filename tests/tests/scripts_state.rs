@@ -147,11 +147,16 @@ async fn concurrent_registrations_respect_idempotency_and_max_instance_count() {
 
 /// Runs `lua/auth_failure.lua` once (as kvcm-api does after a wrong password) at `now` ms.
 async fn auth_failure(keys: &[String; 3], now: u64) -> u64 {
+    auth_failure_call(keys, now, &format!("{:016x}", fastrand::u64(..))).await
+}
+
+/// One call of `lua/auth_failure.lua` with the call id `call`.
+async fn auth_failure_call(keys: &[String; 3], now: u64, call: &str) -> u64 {
     let mut c = valkey().await;
     let mut inv = kvcm_core::scripts::AUTH_FAILURE.script().prepare_invoke();
     inv.key(&keys[0]).key(&keys[1]).key(&keys[2]);
     // Back-off after 3 failures, 1 s doubling up to 8 s, counters kept for 60 s.
-    inv.arg(now).arg(3).arg(1000).arg(8000).arg(60_000);
+    inv.arg(now).arg(3).arg(1000).arg(8000).arg(60_000).arg(call);
     let (code, until): (i64, String) = inv.invoke_async(&mut c).await.unwrap();
     assert_eq!(code, 1);
     until.parse().unwrap()
@@ -166,8 +171,11 @@ async fn failed_logins_start_a_doubling_capped_back_off_on_all_three_counters() 
     // Two failures: counted, no back-off yet.
     assert_eq!(auth_failure(&keys, now).await, 0);
     assert_eq!(auth_failure(&keys, now).await, 0);
-    // Then 1 s, 2 s, 4 s, 8 s, and capped at 8 s.
-    for wait in [1000, 2000, 4000, 8000, 8000, 8000] {
+    // The third starts the back-off; the same call resent (its reply lost) counts nothing more.
+    assert_eq!(auth_failure_call(&keys, now, "resent-call").await, now + 1000);
+    assert_eq!(auth_failure_call(&keys, now, "resent-call").await, now + 1000, "its resend is not a fourth");
+    // Then 2 s, 4 s, 8 s, and capped at 8 s.
+    for wait in [2000, 4000, 8000, 8000, 8000] {
         assert_eq!(auth_failure(&keys, now).await, now + wait);
     }
     let mut c = valkey().await;
