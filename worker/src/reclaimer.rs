@@ -117,18 +117,33 @@ async fn group_usage<'a>(
     Ok((total, by_type, usage))
 }
 
-/// Under the group lease: usage read again (another worker may just have reclaimed), then each
-/// excess evicted.
+/// Under the group lease: usage read again (another worker may just have reclaimed), then one
+/// excess evicted at a time, usage read again after each. Evicting for one scope also lowers
+/// the others (bytes of an over-quota storage type count in the group's total too), so the
+/// excesses are never evicted as if independent — that evicted a group over both its total and
+/// a type quota up to twice what it should. A storage type's excess goes first (it can only be
+/// freed on that type; the total's can be freed anywhere), the largest first.
 async fn reclaim_group_leased(
     w: &Worker,
     snap: &Snapshot,
     group: &InstanceGroup,
     group_lease: &str,
 ) -> anyhow::Result<i64> {
-    let (total, by_type, usage) = group_usage(w, snap, group).await?;
     let mut freed = 0;
-    for (scope, need) in over_watermarks(group, total, &by_type) {
-        freed += reclaim(w, snap, group, group_lease, &usage, need, scope).await?;
+    // Scopes that freed nothing this round (no leaves there, a lease lost): left for the next.
+    let mut stuck: Vec<Option<StorageType>> = Vec::new();
+    // Each scope is reclaimed at most once per round: one pass per scope.
+    for _ in 0..=group.quota.quota_config.len() {
+        let (total, by_type, usage) = group_usage(w, snap, group).await?;
+        let mut over: Vec<_> =
+            over_watermarks(group, total, &by_type).into_iter().filter(|(scope, _)| !stuck.contains(scope)).collect();
+        over.sort_by_key(|(scope, need)| (scope.is_none(), -need));
+        let Some(&(scope, need)) = over.first() else { break };
+        let bytes = reclaim(w, snap, group, group_lease, &usage, need, scope).await?;
+        freed += bytes;
+        if bytes == 0 {
+            stuck.push(scope);
+        }
     }
     Ok(freed)
 }
