@@ -10,7 +10,8 @@
 -- KEYS[1] blocks    hash key -> block record
 -- KEYS[2] del       the deletion stream
 -- KEYS[3] del_dead  the dead-letter stream
--- KEYS[4] del_fail  hash entry id -> failed attempts, entry id ':t' -> next retry (ms)
+-- KEYS[4] del_fail  hash entry id -> failed attempts, entry id ':t' -> next retry (ms),
+--                   entry id ':hung' -> 1 once an attempt timed out
 -- ARGV[1] consumer group name
 -- ARGV[2] entry id
 -- ARGV[3] block key (8 bytes), or '' for an entry without one (a packed file's own deletion)
@@ -42,5 +43,5 @@ else
 end
 redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])
-redis.call('HDEL', KEYS[4], ARGV[2], ARGV[2] .. ':t')
+redis.call('HDEL', KEYS[4], ARGV[2], ARGV[2] .. ':t', ARGV[2] .. ':hung')
 return {1, released}

@@ -87,5 +87,5 @@ while evicted < n and scanned < start + n * 4 and (budget <= 0 or freed < budget
     scanned = scanned + 1 -- serving, but on another storage than the one being reclaimed
   end
 end
-redis.call('SET', KEYS[8], ARGV[9] .. ':' .. evicted .. ':' .. freed .. ':' .. scanned .. ':' .. exhausted, 'PX', 60000)
+redis.call('SET', KEYS[8], string.format('%s:%d:%d:%d:%d', ARGV[9], evicted, freed, scanned, exhausted), 'PX', 60000)
 return {1, evicted, freed, scanned, exhausted}

@@ -98,9 +98,9 @@ end
 -- run of linked keys it starts; `unlinked[i]` keeps key i a chain root of its own instead.
 -- Chains that stay in request order (every key's parent the key before it, the common case) are
 -- known safe in one pass; only a chain that leaves the request is walked, WALK_STEPS records at
--- most for the whole request (a bounded cost whatever the request). A walk cut short keeps its
--- link: a cycle longer than that needs the drop above to happen along a chain that deep, and
--- `kvcm-worker audit` reports cycles if one ever forms.
+-- most for the whole request (a bounded cost whatever the request). A walk cut short does not
+-- make its link (a missing parent link costs eviction order, never a wrong answer); a request
+-- whose chain leaves it to a stored chain deeper than the budget pays that.
 local unlinked = {}
 do
   local WALK_STEPS = 2048
@@ -140,7 +140,7 @@ do
       local idx, key, cycle = s - 1, ARGV[5 + s], false
       while key do
         steps = steps + 1
-        if steps > WALK_STEPS then break end -- cut short: the link is kept
+        if steps > WALK_STEPS then cycle = true break end -- cut short: not linked, to be safe
         local at = linked[key] or idx
         if at then
           if at >= s and at <= e then cycle = true break end

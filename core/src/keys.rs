@@ -133,7 +133,8 @@ pub struct InstanceKeys {
     pub files: String,
     /// Stream: deletions that failed too often, with the reason.
     pub del_dead: String,
-    /// Hash: deletion entry id → failed attempts (until it succeeds or is dead-lettered).
+    /// Hash: deletion entry id → failed attempts, `<id>:t` → when it may be retried (ms),
+    /// `<id>:hung` → 1 once an attempt timed out (until it succeeds or is dead-lettered).
     pub del_fail: String,
     /// String: the reclaim lease (`<token>:<worker>`), set NX PX.
     pub lease: String,

@@ -94,6 +94,7 @@ async fn a_primary_killed_under_load_fails_over_and_no_acknowledged_write_is_los
         2,
         &[
             ("KVCM_DURABILITY", "replica_ack"),
+            ("KVCM_REPLICA_ACK_TIMEOUT_MS", "500"),
             ("KVCM_VALKEY_TIMEOUT_MS", "1000"),
             ("KVCM_VALKEY_CONNECT_TIMEOUT_MS", "500"),
         ],

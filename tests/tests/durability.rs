@@ -69,6 +69,16 @@ async fn with_replica_ack_a_write_no_replica_holds_is_503_and_its_resend_succeed
     .expect("the resent finish never succeeded");
     assert_eq!(code(&resent), "OK", "{resent}");
     assert_eq!(serving(&fx, &[1, 2, 3, 4]).await, Some(vec![true; 4]));
+
+    // Valkey full: a write in the replica_ack pipeline is refused with OOM — 503 saying so, as
+    // without replica_ack (the pipeline's combined error used to read as an internal error).
+    let (primary, _) = cluster.primary_of(&instance_key(&fx.api.namespace, &fx.instance, "blocks"));
+    let mut node = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query(&mut node).unwrap();
+    let (http, reply) = fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [9]})).await;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut node).unwrap();
+    assert_eq!((http, code(&reply)), (503, "SERVICE_NOT_READY"), "{reply}");
+    assert!(message(&reply).contains("out of memory"), "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,12 +127,13 @@ async fn concurrent_registrations_respect_idempotency_and_max_instance_count() {
     assert_eq!(ok, 4, "one slot was taken by 'same'; exactly four of sixteen racers get the rest");
     let (_, list) = api.admin("listInstanceInfo", json!({"instance_group_name": "g"})).await;
     assert_eq!(list["instance_info"].as_array().unwrap().len(), 5);
+    // Eight different groups of one name (an identical create would be idempotent).
     let creates: Vec<_> = (0..8)
-        .map(|_| {
+        .map(|i| {
             let a = api.clone();
             tokio::spawn(async move {
-                a.admin("createInstanceGroup", json!({"instance_group": {"name": "race", "storage_candidates": ["s"]}}))
-                    .await
+                let group = json!({"name": "race", "storage_candidates": ["s"], "user_data": format!("creator {i}")});
+                a.admin("createInstanceGroup", json!({"instance_group": group})).await
             })
         })
         .collect();

@@ -352,6 +352,9 @@ async fn dead_letters_are_bounded_listed_and_re_driven_once_their_cause_is_fixed
     assert_eq!(code(&bad), "INVALID_ARGUMENT", "{bad}");
     let (_, bad) = fx.api.admin("redriveDeadLetters", json!({"instance_id": fx.instance, "limit": 5000})).await;
     assert_eq!(code(&bad), "INVALID_ARGUMENT", "{bad}");
+    let last = format!("{0}-{0}", u64::MAX);
+    let (_, after) = fx.api.admin("listDeadLetters", json!({"instance_id": fx.instance, "start_after": last})).await;
+    assert_eq!((code(&after), after["dead_letters"].as_array().map(Vec::len)), ("OK", Some(0)), "{after}");
 
     // The cause fixed, the dead letter re-driven: both deletions complete, nothing is left.
     for p in &paths {

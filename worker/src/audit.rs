@@ -86,6 +86,8 @@ impl Audit {
             &self.orphan_files,
             &self.usage_mismatches,
             &self.stuck_deletions,
+            &self.stuck_writes,
+            &self.parent_cycles,
             &self.unreadable_records,
         ]
         .iter()
@@ -173,6 +175,7 @@ async fn instance_audit(
     let keys = InstanceKeys::new(&w.config.namespace, instance);
     let mut conn = w.conn.clone();
     let info = snap.instances.get(instance).map(|i| &**i);
+    let (_, mut open_seqs) = open_sessions(&mut conn, &keys).await?;
     // HSCAN may return a field twice while the hash is rehashed: once each.
     let records: Vec<(Vec<u8>, Vec<u8>)> =
         hscan(&mut conn, &keys.blocks).await?.into_iter().collect::<HashMap<_, _>>().into_iter().collect();
@@ -180,16 +183,12 @@ async fn instance_audit(
     let dead = stream(&mut conn, &keys.del_dead).await?;
     audit.queued_deletions += queued.len() as u64;
     audit.dead_letters += dead.len() as u64;
-    // Open sessions, and the session numbers their `W` locations carry.
-    let sessions: Vec<String> = redis::cmd("ZRANGE").arg(&keys.sessions).arg(0).arg(-1).query_async(&mut conn).await?;
-    audit.open_sessions += sessions.len() as u64;
-    let mut open_seqs = HashSet::new();
-    for id in &sessions {
-        let rec: Option<Vec<u8>> = redis::cmd("GET").arg(keys.session(id)).query_async(&mut conn).await?;
-        if let Some(seq) = rec.as_deref().and_then(|r| r.get(..4)) {
-            open_seqs.insert(u32::from_le_bytes([seq[0], seq[1], seq[2], seq[3]]));
-        }
-    }
+    // Open sessions, and the session numbers their `W` locations carry — read after the blocks
+    // too (and once before them, above), so that a session that started or finished while the
+    // blocks were read is known either way.
+    let (open, more_seqs) = open_sessions(&mut conn, &keys).await?;
+    audit.open_sessions += open;
+    open_seqs.extend(more_seqs);
     // Trims not yet expanded: their trash hashes hold whole records.
     let mut trashed = Vec::new();
     for (_, fields) in queued.iter().chain(&dead) {
@@ -406,6 +405,22 @@ fn subject(fields: &HashMap<String, Vec<u8>>) -> Option<Queued> {
     let loc = fields.get("l")?.clone();
     let key = fields.get("k").and_then(|k| <[u8; 8]>::try_from(k.as_slice()).ok());
     Some(Queued { key, file: fields.get("f").cloned(), loc })
+}
+
+/// How many write sessions of the instance are open, and their session numbers.
+async fn open_sessions(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    keys: &InstanceKeys,
+) -> anyhow::Result<(u64, HashSet<u32>)> {
+    let ids: Vec<String> = redis::cmd("ZRANGE").arg(&keys.sessions).arg(0).arg(-1).query_async(conn).await?;
+    let mut seqs = HashSet::new();
+    for id in &ids {
+        let rec: Option<Vec<u8>> = redis::cmd("GET").arg(keys.session(id)).query_async(conn).await?;
+        if let Some(seq) = rec.as_deref().and_then(|r| r.get(..4)) {
+            seqs.insert(u32::from_le_bytes([seq[0], seq[1], seq[2], seq[3]]));
+        }
+    }
+    Ok((ids.len() as u64, seqs))
 }
 
 /// A hash's fields and values.

@@ -109,8 +109,14 @@ pub async fn process_instance(w: &Worker, instance: &str) -> anyhow::Result<usiz
             match handle(w, instance, &keys, &entry).await {
                 Outcome::Done => {
                     done += 1;
-                    let _: redis::RedisResult<i64> =
-                        redis::cmd("HDEL").arg(&keys.del_fail).arg(&entry.id).query_async(&mut conn).await;
+                    let (t, hung) = (format!("{}:t", entry.id), format!("{}:hung", entry.id));
+                    let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                        .arg(&keys.del_fail)
+                        .arg(&entry.id)
+                        .arg(t)
+                        .arg(hung)
+                        .query_async(&mut conn)
+                        .await;
                 }
                 Outcome::NotDue => {}
                 Outcome::Failed(why) => fail(w, &keys, &entry, &why).await?,
@@ -285,6 +291,17 @@ fn ack<'a>(pipe: &'a mut redis::Pipeline, keys: &InstanceKeys, id: &str) -> &'a 
 async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> anyhow::Result<()> {
     let mut conn = w.conn.clone();
     let attempts: u64 = redis::cmd("HINCRBY").arg(&keys.del_fail).arg(&entry.id).arg(1).query_async(&mut conn).await?;
+    let timed_out = why.starts_with(kvcm_core::backend::file::TIMED_OUT);
+    if timed_out {
+        // Remembered for the entry's whole life (any worker's attempts): an unlink that timed
+        // out may still land later, whatever the next attempts do.
+        let _: () = redis::cmd("HSET")
+            .arg(&keys.del_fail)
+            .arg(format!("{}:hung", entry.id))
+            .arg(1)
+            .query_async(&mut conn)
+            .await?;
+    }
     tracing::warn!(stream = %keys.del, id = %entry.id, attempts, error = %why, "deletion failed");
     if attempts < w.config.worker.max_delete_attempts {
         let next = kvcm_core::store::now_ms() + backoff_ms(attempts);
@@ -313,10 +330,12 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
         (b"attempts", attempts_text.as_bytes()),
         (b"entry", entry.id.as_bytes()),
     ]);
-    // After a timed-out attempt an unlink may still be running on a hung mount: the key stays
-    // held (its location stays 'X'), so that no new write of it can start on the same path
-    // and lose its file to that unlink. Otherwise the key is freed for new writes.
-    let (key, loc) = if why.starts_with(kvcm_core::backend::file::TIMED_OUT) {
+    // After any timed-out attempt (this worker's or another's) an unlink may still be running
+    // on a hung mount: the key stays held (its location stays 'X'), so that no new write of it
+    // can start on the same path and lose its file to that unlink. Otherwise it is freed.
+    let hung: Option<String> =
+        redis::cmd("HGET").arg(&keys.del_fail).arg(format!("{}:hung", entry.id)).query_async(&mut conn).await?;
+    let (key, loc) = if timed_out || hung.is_some() {
         (Vec::new(), Vec::new())
     } else {
         (bytes(entry, "k").unwrap_or_default(), bytes(entry, "l").unwrap_or_default())

@@ -45,16 +45,22 @@ pub(crate) async fn with_timeout<T: Send + 'static>(
     // fires either unmarks the root or is never marked.
     let (done, marked) = (std::sync::Arc::new(AtomicBool::new(false)), std::sync::Arc::new(AtomicBool::new(false)));
     let (done2, marked2, owned_root) = (done.clone(), marked.clone(), root.to_string());
-    let task = tokio::task::spawn_blocking(move || {
-        let result = op();
-        let mut h = hung();
-        done2.store(true, SeqCst);
-        if marked2.load(SeqCst)
-            && let Some(i) = h.iter().position(|r| *r == owned_root)
-        {
-            h.remove(i); // returned at last: the root takes operations again
+    /// Marks the operation returned when dropped — also when it panicked.
+    struct Returned(std::sync::Arc<AtomicBool>, std::sync::Arc<AtomicBool>, String);
+    impl Drop for Returned {
+        fn drop(&mut self) {
+            let mut h = hung();
+            self.0.store(true, SeqCst);
+            if self.1.load(SeqCst)
+                && let Some(i) = h.iter().position(|r| *r == self.2)
+            {
+                h.remove(i); // returned at last: the root takes operations again
+            }
         }
-        result
+    }
+    let task = tokio::task::spawn_blocking(move || {
+        let _returned = Returned(done2, marked2, owned_root);
+        op()
     });
     match tokio::time::timeout(timeout, task).await {
         Ok(joined) => joined.map_err(|e| e.to_string())?,

@@ -44,6 +44,16 @@ impl std::fmt::Debug for ReplicaAck {
     }
 }
 
+/// A pipeline's error as the first of its commands' own errors: the combined error carries no
+/// code for the codes the client does not know (`OOM`, `NOREPLICAS`, `BUSY`), so it would read
+/// as an internal error where the command's own says "unavailable".
+fn first_failure(e: redis::RedisError) -> redis::RedisError {
+    match e.clone().into_server_errors() {
+        Some(errors) if !errors.is_empty() => errors[0].1.clone().into(),
+        _ => e,
+    }
+}
+
 impl ReplicaAck {
     /// `conns` must be distinct cluster connections (each from its own client), not clones.
     pub fn new(conns: Vec<ClusterConnection>, replicas: u32, timeout_ms: u64) -> ReplicaAck {
@@ -78,12 +88,12 @@ impl ReplicaAck {
         // makes WAIT cover everything the script's slot had before.
         pipe.cmd("INCR").arg(crate::keys::ack_key(keys.first().copied().unwrap_or_default())).ignore();
         pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
-        let (reply, acked): (Vec<Value>, i64) = match pipe.query_async(&mut conn).await {
+        let (reply, acked): (Vec<Value>, i64) = match pipe.query_async(&mut conn).await.map_err(first_failure) {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A node restarted or was promoted without the script: load it and send again
                 // (NOSCRIPT means the script did not run).
                 let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await?
+                pipe.query_async(&mut conn).await.map_err(first_failure)?
             }
             // A primary demoted between the script and WAIT: a failover, not a bug.
             Err(e) if e.to_string().contains("WAIT cannot be used with replica") => {

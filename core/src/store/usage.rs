@@ -15,6 +15,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// A hash field and its value.
+type Field = (Vec<u8>, Vec<u8>);
+
 /// Serving bytes and blocks of one group.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GroupUsage {
@@ -52,10 +55,30 @@ pub fn parse_usage(fields: &HashMap<String, i64>) -> HashMap<u16, (i64, i64)> {
 }
 
 impl DataPlane {
-    /// One instance's usage per storage id: (bytes, blocks).
+    /// Whether a trim's trash (a renamed blocks hash) holds a location on `storage`; read in
+    /// pages until the first one (a trash shrinks as workers expand it).
+    async fn trash_holds(&self, trash: &str, storage: u16) -> Result<bool> {
+        let mut conn = self.conn();
+        let mut cursor = 0u64;
+        loop {
+            let (next, page): (u64, Vec<Field>) =
+                redis::cmd("HSCAN").arg(trash).arg(cursor).arg("COUNT").arg(1000).query_async(&mut conn).await?;
+            let on = |raw: &Vec<u8>| {
+                super::record::BlockRecord::decode(raw).is_none_or(|r| r.locations.iter().any(|l| l.storage == storage))
+            };
+            if page.iter().any(|(_, raw)| on(raw)) {
+                return Ok(true);
+            }
+            if next == 0 {
+                return Ok(false);
+            }
+            cursor = next;
+        }
+    }
+
     /// Work of an instance still tied to storage `storage`: write sessions open on it and
-    /// deletions queued for it.
-    /// What `removeStorage` waits for, so that no file on the storage is left without an owner.
+    /// deletions queued for it. What `removeStorage` waits for, so that no file on the storage
+    /// is left without an owner.
     pub async fn pending_on_storage(&self, instance_id: &str, storage: u16) -> Result<(usize, usize)> {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
@@ -85,11 +108,12 @@ impl DataPlane {
             from = format!("({last}");
             for (_, fields) in &page {
                 // A trim's trash names no storage until a worker expands it into one entry per
-                // location: it may hold blocks of any storage, so it counts (as does an entry
+                // location: it counts when it holds a location on the storage (as does an entry
                 // with a location too short to read).
-                let on = match fields.get("l") {
-                    Some(l) => l.get(1..3).is_none_or(|id| u16::from_le_bytes([id[0], id[1]]) == storage),
-                    None => fields.contains_key("trash"),
+                let on = match (fields.get("l"), fields.get("trash")) {
+                    (Some(l), _) => l.get(1..3).is_none_or(|id| u16::from_le_bytes([id[0], id[1]]) == storage),
+                    (None, Some(trash)) => self.trash_holds(&String::from_utf8_lossy(trash), storage).await?,
+                    (None, None) => false,
                 };
                 deletions += on as usize;
             }
@@ -100,6 +124,7 @@ impl DataPlane {
         Ok((sessions, deletions))
     }
 
+    /// One instance's usage per storage id: (bytes, blocks).
     pub async fn instance_usage(&self, instance_id: &str) -> Result<HashMap<u16, (i64, i64)>> {
         let fields: HashMap<String, i64> =
             redis::cmd("HGETALL").arg(&self.keys(instance_id).usage).query_async(&mut self.conn()).await?;

@@ -85,7 +85,9 @@ function storagesAndGroups(id, run) {
   const instance = `k6-smoke-${run}`;
   const cfg = storageConfig(storage, `${STORAGE_ROOT.replace(/\/*$/, '')}-smoke-${run}/`);
   call('admin', 'addStorage', { storage: cfg });
-  call('admin', 'addStorage', { storage: cfg }, { code: 'DUPLICATE_ENTITY' });
+  call('admin', 'addStorage', { storage: cfg }); // the same storage again: idempotent
+  const other = storageConfig(storage, `${STORAGE_ROOT.replace(/\/*$/, '')}-smoke-${run}-other/`);
+  call('admin', 'addStorage', { storage: other }, { code: 'DUPLICATE_ENTITY' });
   call('admin', 'updateStorage', { storage: Object.assign({}, cfg, { check_storage_available_when_open: true }) });
   call('admin', 'disableStorage', { storage_unique_name: storage });
   const listed = call('admin', 'listStorage', {}).reply;
