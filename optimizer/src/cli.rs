@@ -1,4 +1,4 @@
-//! The command line: `sweep`, `replay`, `stats` and `bench`.
+//! The command line: `sweep`, `replay`, `stats`, `bench` and `generate`.
 //!
 //! Each subcommand reads the trace once, then calls into the library; this module only turns
 //! flags into library calls and results into text and files. `--help` on every subcommand
@@ -68,6 +68,27 @@ pub enum Command {
     Stats(StatsArgs),
     /// Measure simulated block accesses per second on one core (median of --runs timed runs).
     Bench(BenchArgs),
+    /// Write a synthetic workload as a Mooncake-format trace: chat (multi-turn conversations
+    /// behind shared system prompts), agent (tool-calling loops), documents (one-off long
+    /// documents), bursty (chat with bursts of arrivals) or mix (all of them at once).
+    Generate(GenerateArgs),
+}
+
+/// What `generate` writes.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// chat, agent, documents, bursty or mix (see docs/optimizer.md).
+    #[arg(long, value_name = "KIND")]
+    pub workload: crate::workload::WorkloadKind,
+    /// Requests to generate.
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    pub requests: usize,
+    /// Seed: the same workload, size and seed give the same file.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (JSON lines, Mooncake format: `timestamp` ms, `hash_ids`).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 /// Where the trace is and how to read it.
@@ -281,6 +302,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => run_replay(args),
         Command::Stats(args) => run_stats(args),
         Command::Bench(args) => run_bench(args),
+        Command::Generate(args) => run_generate(args),
     }
 }
 
@@ -593,6 +615,28 @@ fn run_stats(args: StatsArgs) -> anyhow::Result<()> {
         );
     }
     println!("loaded in:         {load_s:.3} s");
+    Ok(())
+}
+
+fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
+    if args.requests == 0 {
+        bail!("--requests must be at least 1");
+    }
+    let requests = crate::workload::generate(args.workload, args.requests, args.seed);
+    let file = std::fs::File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    crate::workload::write_mooncake(&requests, &mut out)
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    let blocks: usize = requests.iter().map(|r| r.blocks.len()).sum();
+    println!(
+        "{}: {} requests, {} block accesses, {:.1} s of trace time -> {}",
+        args.workload.name(),
+        requests.len(),
+        blocks,
+        requests.last().map_or(0, |r| r.time_ms) as f64 / 1000.0,
+        args.out.display()
+    );
     Ok(())
 }
 

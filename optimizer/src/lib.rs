@@ -23,6 +23,7 @@ pub mod replay;
 pub mod report;
 pub mod sweep;
 pub mod trace;
+pub mod workload;
 
 pub use policy::{EvictionPolicy, PolicyKind, PolicyParams};
 pub use replay::{ReplayStats, replay, simulate};
