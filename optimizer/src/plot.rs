@@ -86,6 +86,7 @@ fn color(policy: PolicyKind) -> RGBColor {
         PolicyKind::Ttl => RGBColor(148, 103, 189),
         PolicyKind::RandomLru => RGBColor(140, 86, 75),
         PolicyKind::LeafLru => RGBColor(44, 160, 44),
+        PolicyKind::S3Fifo => RGBColor(140, 86, 75),
         PolicyKind::Opt => RGBColor(214, 39, 40),
     }
 }

@@ -19,6 +19,7 @@
 //! | [`ttl`] | everything older than the TTL at each arrival; then least recent | O(1) | O(1) |
 //! | [`random_lru`] | least recent of K sampled resident blocks | O(1) | O(K) |
 //! | [`leaf_lru`] | least recently accessed block with no resident child | O(log n) | O(log n) |
+//! | [`s3fifo`] | small FIFO on probation, main FIFO with second chances, ghost of evictees | O(1) | O(1) amortised |
 //! | [`opt`] | next access furthest in the future (Belady) | O(log n) | O(log n) |
 
 pub mod leaf_lru;
@@ -27,6 +28,7 @@ pub(crate) mod list;
 pub mod lru;
 pub mod opt;
 pub mod random_lru;
+pub mod s3fifo;
 pub mod ttl;
 
 use std::fmt;
@@ -92,11 +94,14 @@ pub enum PolicyKind {
     LeafLru,
     /// Belady's offline optimum.
     Opt,
+    /// S3-FIFO: small, main and ghost FIFOs (a candidate of issue 12).
+    S3Fifo,
 }
 
 impl PolicyKind {
     /// Every policy, in report order.
-    pub const ALL: [PolicyKind; 6] = [Self::Lru, Self::Lfu, Self::Ttl, Self::RandomLru, Self::LeafLru, Self::Opt];
+    pub const ALL: [PolicyKind; 7] =
+        [Self::Lru, Self::Lfu, Self::Ttl, Self::RandomLru, Self::LeafLru, Self::S3Fifo, Self::Opt];
 
     /// The name used on the command line and in CSV files.
     pub fn name(self) -> &'static str {
@@ -107,13 +112,14 @@ impl PolicyKind {
             Self::RandomLru => "random_lru",
             Self::LeafLru => "leaf_lru",
             Self::Opt => "opt",
+            Self::S3Fifo => "s3fifo",
         }
     }
 
     /// Rough relative cost per access, used to start expensive jobs first in a sweep.
     pub fn relative_cost(self) -> u32 {
         match self {
-            Self::Lru | Self::Ttl => 1,
+            Self::Lru | Self::Ttl | Self::S3Fifo => 1,
             Self::RandomLru => 2,
             Self::Lfu | Self::LeafLru | Self::Opt => 3,
         }
@@ -141,7 +147,9 @@ impl FromStr for PolicyKind {
                 "lfu_da" => Some(Self::Lfu),
                 _ => None,
             })
-            .ok_or_else(|| format!("unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, opt"))
+            .ok_or_else(|| {
+                format!("unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, opt")
+            })
     }
 }
 
@@ -219,7 +227,7 @@ mod tests {
         assert_eq!("Random-LRU".parse::<PolicyKind>().unwrap(), PolicyKind::RandomLru);
         assert_eq!("belady".parse::<PolicyKind>().unwrap(), PolicyKind::Opt);
         let err = "fifo".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("random_lru, leaf_lru, opt"), "{err}");
+        assert!(err.contains("random_lru, leaf_lru, s3fifo, opt"), "{err}");
     }
 
     #[test]
