@@ -192,8 +192,13 @@ pub struct SweepArgs {
     #[arg(long, value_name = "SIZE")]
     block_bytes: Option<String>,
 
-    /// Policies, comma-separated: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, opt.
-    #[arg(long, value_delimiter = ',', value_name = "POLICIES", default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,opt")]
+    /// Policies, comma-separated: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "POLICIES",
+        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,opt"
+    )]
     policies: Vec<PolicyKind>,
 
     /// Output directory (created if missing).
@@ -247,7 +252,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     trace: TraceArgs,
 
-    /// The policy: lru, lfu, ttl, random_lru, leaf_lru, s3fifo or opt.
+    /// The policy: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu or opt.
     #[arg(long, default_value = "lru", value_name = "POLICY")]
     policy: PolicyKind,
 
@@ -279,7 +284,12 @@ pub struct BenchArgs {
     trace: TraceArgs,
 
     /// Policies to time, comma-separated.
-    #[arg(long, value_delimiter = ',', value_name = "POLICIES", default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,opt")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "POLICIES",
+        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,opt"
+    )]
     policies: Vec<PolicyKind>,
 
     /// Capacity as a fraction of the distinct blocks (eviction-heavy at small fractions).
@@ -363,7 +373,7 @@ fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
         check_fraction("--capacity-fractions", f)?;
     }
     if args.policies.is_empty() {
-        bail!("--policies is empty; name at least one of lru, lfu, ttl, random_lru, leaf_lru, s3fifo, opt");
+        bail!("--policies is empty; name at least one of lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt");
     }
     let mut sizes = Vec::with_capacity(args.bytes.len());
     for text in &args.bytes {

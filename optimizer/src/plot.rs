@@ -87,6 +87,7 @@ fn color(policy: PolicyKind) -> RGBColor {
         PolicyKind::RandomLru => RGBColor(140, 86, 75),
         PolicyKind::LeafLru => RGBColor(44, 160, 44),
         PolicyKind::S3Fifo => RGBColor(140, 86, 75),
+        PolicyKind::LeafLfu => RGBColor(227, 119, 194),
         PolicyKind::Opt => RGBColor(214, 39, 40),
     }
 }

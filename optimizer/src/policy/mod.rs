@@ -20,8 +20,10 @@
 //! | [`random_lru`] | least recent of K sampled resident blocks | O(1) | O(K) |
 //! | [`leaf_lru`] | least recently accessed block with no resident child | O(log n) | O(log n) |
 //! | [`s3fifo`] | small FIFO on probation, main FIFO with second chances, ghost of evictees | O(1) | O(1) amortised |
+//! | [`leaf_lfu`] | lowest LFU-DA priority among blocks with no resident child | O(log n) | O(log n) |
 //! | [`opt`] | next access furthest in the future (Belady) | O(log n) | O(log n) |
 
+pub mod leaf_lfu;
 pub mod leaf_lru;
 pub mod lfu;
 pub(crate) mod list;
@@ -96,12 +98,14 @@ pub enum PolicyKind {
     Opt,
     /// S3-FIFO: small, main and ghost FIFOs (a candidate of issue 12).
     S3Fifo,
+    /// LFU-DA over the leaves of the prefix tree (a candidate of issue 12).
+    LeafLfu,
 }
 
 impl PolicyKind {
     /// Every policy, in report order.
-    pub const ALL: [PolicyKind; 7] =
-        [Self::Lru, Self::Lfu, Self::Ttl, Self::RandomLru, Self::LeafLru, Self::S3Fifo, Self::Opt];
+    pub const ALL: [PolicyKind; 8] =
+        [Self::Lru, Self::Lfu, Self::Ttl, Self::RandomLru, Self::LeafLru, Self::S3Fifo, Self::LeafLfu, Self::Opt];
 
     /// The name used on the command line and in CSV files.
     pub fn name(self) -> &'static str {
@@ -113,6 +117,7 @@ impl PolicyKind {
             Self::LeafLru => "leaf_lru",
             Self::Opt => "opt",
             Self::S3Fifo => "s3fifo",
+            Self::LeafLfu => "leaf_lfu",
         }
     }
 
@@ -121,7 +126,7 @@ impl PolicyKind {
         match self {
             Self::Lru | Self::Ttl | Self::S3Fifo => 1,
             Self::RandomLru => 2,
-            Self::Lfu | Self::LeafLru | Self::Opt => 3,
+            Self::Lfu | Self::LeafLru | Self::LeafLfu | Self::Opt => 3,
         }
     }
 }
@@ -148,7 +153,9 @@ impl FromStr for PolicyKind {
                 _ => None,
             })
             .ok_or_else(|| {
-                format!("unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, opt")
+                format!(
+                    "unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt"
+                )
             })
     }
 }
@@ -227,7 +234,7 @@ mod tests {
         assert_eq!("Random-LRU".parse::<PolicyKind>().unwrap(), PolicyKind::RandomLru);
         assert_eq!("belady".parse::<PolicyKind>().unwrap(), PolicyKind::Opt);
         let err = "fifo".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("random_lru, leaf_lru, s3fifo, opt"), "{err}");
+        assert!(err.contains("random_lru, leaf_lru, s3fifo, leaf_lfu, opt"), "{err}");
     }
 
     #[test]
