@@ -56,13 +56,18 @@ pub fn parse_usage(fields: &HashMap<String, i64>) -> HashMap<u16, (i64, i64)> {
 
 impl DataPlane {
     /// Whether a trim's trash (a renamed blocks hash) holds a location on `storage`; read in
-    /// pages until the first one (a trash shrinks as workers expand it).
+    /// pages until the first one (a trash shrinks as workers expand it). An empty or vanished
+    /// trash counts too: a worker is expanding it right now, into entries this scan may have
+    /// read past already.
     async fn trash_holds(&self, trash: &str, storage: u16) -> Result<bool> {
         let mut conn = self.conn();
         let mut cursor = 0u64;
         loop {
             let (next, page): (u64, Vec<Field>) =
                 redis::cmd("HSCAN").arg(trash).arg(cursor).arg("COUNT").arg(1000).query_async(&mut conn).await?;
+            if cursor == 0 && next == 0 && page.is_empty() {
+                return Ok(true);
+            }
             let on = |raw: &Vec<u8>| {
                 super::record::BlockRecord::decode(raw).is_none_or(|r| r.locations.iter().any(|l| l.storage == storage))
             };
@@ -106,7 +111,11 @@ impl DataPlane {
                 .await?;
             let Some((last, _)) = page.last() else { break };
             from = format!("({last}");
+            // A trash being expanded while it is read appends its entries after this page: read
+            // on until a page comes back empty, so none of them is missed.
+            let mut saw_trash = false;
             for (_, fields) in &page {
+                saw_trash |= fields.contains_key("trash");
                 // A trim's trash names no storage until a worker expands it into one entry per
                 // location: it counts when it holds a location on the storage (as does an entry
                 // with a location too short to read).
@@ -117,7 +126,7 @@ impl DataPlane {
                 };
                 deletions += on as usize;
             }
-            if page.len() < 1000 {
+            if page.len() < 1000 && !saw_trash {
                 break;
             }
         }
