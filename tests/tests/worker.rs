@@ -126,9 +126,15 @@ async fn an_abandoned_write_is_cleaned_up_within_its_timeout_plus_one_sweep() {
     std::fs::write(&p, b"half-written").unwrap();
     let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
     let sessions = instance_key(&fx.api.namespace, &fx.instance, "sessions");
-    // Timeout 1 s (+ up to 1 s of whole-second rounding) + one 100 ms sweep + slack.
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    // Timeout 1 s (+ up to 1 s of whole-second rounding) + one 100 ms sweep + slack. Both
+    // deletions must be done: the expiry drops the records at once, and a deletion still queued
+    // holds its key again while it unlinks (claim_delete), so "no record" alone is not the end.
     wait_until("the session is expired and its blocks deleted", 4, || async {
-        int("ZCARD", &sessions).await == 0 && int("HLEN", &blocks).await == 0 && !p.exists()
+        int("ZCARD", &sessions).await == 0
+            && int("XLEN", &del).await == 0
+            && int("HLEN", &blocks).await == 0
+            && !p.exists()
     })
     .await;
     // The keys can be written again.
