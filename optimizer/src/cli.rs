@@ -629,8 +629,10 @@ fn run_stats(args: StatsArgs) -> anyhow::Result<()> {
 }
 
 fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
-    if args.requests == 0 {
-        bail!("--requests must be at least 1");
+    // The workload is built in memory before it is written (tens of bytes per block access).
+    const MAX_REQUESTS: usize = 10_000_000;
+    if args.requests == 0 || args.requests > MAX_REQUESTS {
+        bail!("--requests must be at least 1 and at most {MAX_REQUESTS}");
     }
     let requests = crate::workload::generate(args.workload, args.requests, args.seed);
     let file = std::fs::File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;

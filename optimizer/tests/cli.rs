@@ -212,3 +212,28 @@ fn help_teaches_the_replay_semantics_and_the_policies() {
         assert!(sweep_help.contains(needle), "sweep --help lacks {needle}");
     }
 }
+
+#[test]
+fn a_generated_workload_is_a_trace_the_other_commands_read_and_the_same_seed_repeats_it() {
+    let dir = TempDir::new("generate");
+    let file = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let (a, b, c) = (file("a.jsonl"), file("b.jsonl"), file("c.jsonl"));
+    for (out, seed) in [(&a, "3"), (&b, "3"), (&c, "4")] {
+        let o = run(&["generate", "--workload", "mix", "--requests", "500", "--seed", seed, "--out", out]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("mix: 500 requests"), "{}", stdout(&o));
+    }
+    let read = |p: &str| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&a), read(&b), "the same seed gives the same file");
+    assert_ne!(read(&a), read(&c));
+    let stats = run(&["stats", "--trace", &a]);
+    assert!(stats.status.success(), "{}", stderr(&stats));
+    assert!(stdout(&stats).contains("500"), "{}", stdout(&stats));
+    // Bad input: an unknown workload and zero requests are refused with the reason.
+    let bad = run(&["generate", "--workload", "podcasts", "--out", &a]);
+    assert!(!bad.status.success() && stderr(&bad).contains("unknown workload 'podcasts'"), "{}", stderr(&bad));
+    let none = run(&["generate", "--workload", "chat", "--requests", "0", "--out", &a]);
+    assert!(!none.status.success() && stderr(&none).contains("--requests must be at least 1"), "{}", stderr(&none));
+    let huge = run(&["generate", "--workload", "chat", "--requests", "99999999999", "--out", &a]);
+    assert!(!huge.status.success() && stderr(&huge).contains("at most 10000000"), "{}", stderr(&huge));
+}
