@@ -1342,6 +1342,25 @@ impl ReplyDropper {
         ReplyDropper { port, armed, dropped, epoch, cut: cut_count, accept }
     }
 
+    /// A proxy in front of the one-node cluster `valkey`, which announces the proxy's port (so
+    /// CLUSTER SLOTS and redirects send clients through it too); returns the proxy and the URL
+    /// clients use.
+    pub async fn in_front_of(valkey: &SoloValkey) -> (ReplyDropper, String) {
+        let port: u16 = valkey.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+        let proxy = ReplyDropper::start(port).await;
+        let client = redis::Client::open(valkey.url.as_str()).unwrap();
+        let mut node = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port)
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        let url = format!("redis://127.0.0.1:{}", proxy.port);
+        (proxy, url)
+    }
+
     /// Resets every connection open now (new ones are let through).
     pub fn reset_all(&self) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

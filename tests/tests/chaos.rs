@@ -166,17 +166,7 @@ async fn connections_reset_between_kvcm_and_valkey_lose_nothing() {
     // Every connection of the frontends and workers goes through a proxy that resets them all
     // every 300 ms, requests and replies in flight included.
     let valkey = SoloValkey::start();
-    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = ReplyDropper::start(port).await;
-    let mut node = redis::Client::open(valkey.url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(proxy.port)
-        .query_async(&mut node)
-        .await
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;
     let s = Stack::start(&url, 2, 1, &[]).await;
     let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
     let end = Instant::now() + Duration::from_secs(4 * scale() as u64);

@@ -98,17 +98,7 @@ async fn a_write_resent_after_its_reply_was_lost_answers_what_the_first_run_did(
     // kvcm-api reaches the node only through a proxy that can lose a reply with its
     // connection; the redis client then resends the script call, which already ran.
     let valkey = SoloValkey::start();
-    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = ReplyDropper::start(port).await;
-    let mut node = solo_valkey(&valkey.url).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(proxy.port)
-        .query_async(&mut node)
-        .await
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;
     let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
     let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
     fx.write(&[1, 2]).await;
@@ -133,6 +123,7 @@ async fn a_write_resent_after_its_reply_was_lost_answers_what_the_first_run_did(
     assert_err(&(200, fx.finish(&s, json!({"offset": 1})).await), "INVALID_ARGUMENT", "already finished");
 
     // Every block serves once, counted once.
+    let mut node = solo_valkey(&valkey.url).await;
     let r = fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
     assert_eq!(r["locations"].as_array().unwrap().len(), 4, "{r}");
     let usage: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
@@ -170,17 +161,7 @@ async fn a_full_valkey_refuses_writes_with_503_and_reads_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_creates_resent_after_their_reply_was_lost_answer_ok() {
     let valkey = SoloValkey::start();
-    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = ReplyDropper::start(port).await;
-    let mut node = solo_valkey(&valkey.url).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(proxy.port)
-        .query_async(&mut node)
-        .await
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;
     let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
     let root = repo_root().join(".kvcm/test-data").join(unique("resend"));
     std::fs::create_dir_all(&root).unwrap();
@@ -217,17 +198,7 @@ async fn registry_creates_resent_after_their_reply_was_lost_answer_ok() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_resent_after_its_reply_was_lost_evicts_once() {
     let valkey = SoloValkey::start();
-    let port: u16 = valkey.url.rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = ReplyDropper::start(port).await;
-    let mut node = solo_valkey(&valkey.url).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("cluster-announce-port")
-        .arg(proxy.port)
-        .query_async(&mut node)
-        .await
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;
     let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
     let fx = Fixture::on(api, &[("tp0", 4096)], 1, json!({})).await;
     for k in [1, 2, 3] {

@@ -454,15 +454,8 @@ async fn stream(
         let n = page.ids.len();
         for e in page.ids {
             start = format!("({}", e.id);
-            let fields = e
-                .map
-                .into_iter()
-                .filter_map(|(k, v)| match v {
-                    redis::Value::BulkString(b) => Some((k, b)),
-                    _ => None,
-                })
-                .collect();
-            out.push((e.id, fields));
+            let id = e.id.clone();
+            out.push((id, kvcm_core::store::entry_fields(e)));
         }
         if n < 1000 {
             return Ok(out);

@@ -286,6 +286,18 @@ fn ack<'a>(pipe: &'a mut redis::Pipeline, keys: &InstanceKeys, id: &str) -> &'a 
     pipe.cmd("XACK").arg(&keys.del).arg(GROUP).arg(id).ignore().cmd("XDEL").arg(&keys.del).arg(id).ignore()
 }
 
+/// Schedules the next attempt of entry `id` in `wait_ms` (until then `backing_off` skips it).
+async fn retry_after(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    keys: &InstanceKeys,
+    id: &str,
+    wait_ms: u64,
+) -> anyhow::Result<()> {
+    let next = kvcm_core::store::now_ms() + wait_ms;
+    let _: () = redis::cmd("HSET").arg(&keys.del_fail).arg(format!("{id}:t")).arg(next).query_async(conn).await?;
+    Ok(())
+}
+
 /// Counts a failure and schedules the retry; after `max_delete_attempts` moves the entry to the
 /// dead-letter stream.
 async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> anyhow::Result<()> {
@@ -304,14 +316,7 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
     }
     tracing::warn!(stream = %keys.del, id = %entry.id, attempts, error = %why, "deletion failed");
     if attempts < w.config.worker.max_delete_attempts {
-        let next = kvcm_core::store::now_ms() + backoff_ms(attempts);
-        let _: () = redis::cmd("HSET")
-            .arg(&keys.del_fail)
-            .arg(format!("{}:t", entry.id))
-            .arg(next)
-            .query_async(&mut conn)
-            .await?;
-        return Ok(());
+        return retry_after(&mut conn, keys, &entry.id, backoff_ms(attempts)).await;
     }
     // The dead letter carries the entry's fields, the error and the attempts; the script also
     // frees the key from the location it was deleting, so the key can be written again.
@@ -350,14 +355,7 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
             w.metrics.dead_letters_refused.inc();
             tracing::warn!(stream = %keys.del, id = %entry.id, bound, error = %why,
                 "the dead-letter stream is full: the deletion stays queued and is retried every 5 minutes");
-            let next = kvcm_core::store::now_ms() + backoff_ms(u64::MAX);
-            let _: () = redis::cmd("HSET")
-                .arg(&keys.del_fail)
-                .arg(format!("{}:t", entry.id))
-                .arg(next)
-                .query_async(&mut conn)
-                .await?;
-            return Ok(());
+            return retry_after(&mut conn, keys, &entry.id, backoff_ms(u64::MAX)).await;
         }
     }
     w.metrics.dead_letters.inc();

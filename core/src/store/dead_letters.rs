@@ -78,14 +78,8 @@ impl DataPlane {
 
 /// A dead letter as listed, from its stream entry (fields as the deleter wrote them).
 fn letter(snap: &Snapshot, e: redis::streams::StreamId) -> DeadLetter {
-    let f: HashMap<String, Vec<u8>> = e
-        .map
-        .into_iter()
-        .filter_map(|(k, v)| match v {
-            redis::Value::BulkString(b) => Some((k, b)),
-            _ => None,
-        })
-        .collect();
+    let id = e.id.clone();
+    let f: HashMap<String, Vec<u8>> = super::entry_fields(e);
     let text = |k: &str| f.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
     let loc = f.get("l").and_then(|l| decode_location(l, 0)).map(|(l, _)| l);
     let storage = loc
@@ -100,14 +94,14 @@ fn letter(snap: &Snapshot, e: redis::streams::StreamId) -> DeadLetter {
         _ => String::new(),
     };
     DeadLetter {
-        dead_since_ms: e.id.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(0),
+        dead_since_ms: id.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(0),
         block_key: f.get("k").and_then(|k| <[u8; 8]>::try_from(k.as_slice()).ok()).map(i64::from_be_bytes).unwrap_or(0),
         packed_file,
         storage,
         reason: text("r"),
         error: text("error"),
         attempts: text("attempts").parse().unwrap_or(0),
-        id: e.id,
+        id,
     }
 }
 

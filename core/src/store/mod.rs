@@ -170,6 +170,18 @@ impl Records {
     }
 }
 
+/// A stream entry's fields with byte-string values (what kvcm's streams hold), by name.
+pub fn entry_fields(entry: redis::streams::StreamId) -> std::collections::HashMap<String, Vec<u8>> {
+    entry
+        .map
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            redis::Value::BulkString(b) => Some((k, b)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The first value of a script reply (after the status), or the default when absent.
 pub(crate) fn first<T: redis::FromRedisValue + Default>(reply: Vec<redis::Value>) -> Result<T> {
     Ok(reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default())
