@@ -11,44 +11,37 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::forest::Forest;
 use super::{Access, EvictionPolicy, compact_heap, heap_needs_compaction};
 use crate::trace::{BlockId, Position};
-
-const NO_PARENT: u32 = u32::MAX;
 
 /// Leaf-aware LFU with dynamic aging.
 #[derive(Debug, Clone)]
 pub struct LeafLfu {
-    resident: Vec<bool>,
-    parent: Vec<BlockId>,
-    children: Vec<u32>,
+    forest: Forest,
     count: Vec<u32>,
     priority: Vec<u64>,
     last: Vec<Position>,
     leaves: BinaryHeap<Reverse<(u64, Position, BlockId)>>,
     age: u64,
-    len: usize,
 }
 
 impl LeafLfu {
     /// An empty cache over block ids `0..blocks`.
     pub fn new(blocks: usize) -> Self {
         Self {
-            resident: vec![false; blocks],
-            parent: vec![NO_PARENT; blocks],
-            children: vec![0; blocks],
+            forest: Forest::new(blocks),
             count: vec![0; blocks],
             priority: vec![0; blocks],
             last: vec![0; blocks],
             leaves: BinaryHeap::new(),
             age: 0,
-            len: 0,
         }
     }
 
     fn is_live(&self, &(priority, last, block): &(u64, Position, BlockId)) -> bool {
         let b = block as usize;
-        self.resident[b] && self.children[b] == 0 && self.priority[b] == priority && self.last[b] == last
+        self.forest.is_leaf(block) && self.priority[b] == priority && self.last[b] == last
     }
 }
 
@@ -58,37 +51,28 @@ impl EvictionPolicy for LeafLfu {
     }
 
     fn contains(&self, block: BlockId) -> bool {
-        self.resident[block as usize]
+        self.forest.contains(block)
     }
 
     fn access(&mut self, access: Access) {
         let b = access.block as usize;
-        if !self.resident[b] {
-            self.resident[b] = true;
+        if self.forest.insert(&access) {
             self.count[b] = 0;
-            self.len += 1;
-            match access.parent {
-                Some(parent) if parent != access.block && self.resident[parent as usize] => {
-                    self.parent[b] = parent;
-                    self.children[parent as usize] += 1;
-                }
-                _ => self.parent[b] = NO_PARENT,
-            }
         }
         self.count[b] = self.count[b].saturating_add(1);
         self.priority[b] = self.age + u64::from(self.count[b]);
         self.last[b] = access.position;
-        if self.children[b] == 0 {
+        if self.forest.is_leaf(access.block) {
             self.leaves.push(Reverse((self.priority[b], access.position, access.block)));
         }
-        if heap_needs_compaction(self.leaves.len(), self.len) {
+        if heap_needs_compaction(self.leaves.len(), self.forest.len()) {
             let leaves = std::mem::take(&mut self.leaves);
             self.leaves = compact_heap(leaves, |Reverse(entry)| self.is_live(entry));
         }
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.forest.len()
     }
 
     fn evict(&mut self) -> Option<BlockId> {
@@ -97,21 +81,14 @@ impl EvictionPolicy for LeafLfu {
                 continue;
             }
             let (priority, _, block) = entry;
-            let b = block as usize;
             self.age = self.age.max(priority);
-            self.resident[b] = false;
-            self.len -= 1;
-            let parent = std::mem::replace(&mut self.parent[b], NO_PARENT);
-            if parent != NO_PARENT {
+            if let Some(parent) = self.forest.remove_leaf(block) {
                 let p = parent as usize;
-                self.children[p] -= 1;
-                if self.children[p] == 0 {
-                    self.leaves.push(Reverse((self.priority[p], self.last[p], parent)));
-                }
+                self.leaves.push(Reverse((self.priority[p], self.last[p], parent)));
             }
             return Some(block);
         }
-        debug_assert_eq!(self.len, 0, "resident blocks but no live leaf");
+        debug_assert_eq!(self.forest.len(), 0, "resident blocks but no live leaf");
         None
     }
 }

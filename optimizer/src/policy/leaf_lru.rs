@@ -23,38 +23,26 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::forest::Forest;
 use super::{Access, EvictionPolicy, compact_heap, heap_needs_compaction};
 use crate::trace::{BlockId, Position};
-
-const NO_PARENT: u32 = u32::MAX;
 
 /// Least recently used leaf.
 #[derive(Debug, Clone)]
 pub struct LeafLru {
-    resident: Vec<bool>,
-    parent: Vec<BlockId>,
-    children: Vec<u32>,
+    forest: Forest,
     last: Vec<Position>,
     leaves: BinaryHeap<Reverse<(Position, BlockId)>>,
-    len: usize,
 }
 
 impl LeafLru {
     /// An empty cache over block ids `0..blocks`.
     pub fn new(blocks: usize) -> Self {
-        Self {
-            resident: vec![false; blocks],
-            parent: vec![NO_PARENT; blocks],
-            children: vec![0; blocks],
-            last: vec![0; blocks],
-            leaves: BinaryHeap::new(),
-            len: 0,
-        }
+        Self { forest: Forest::new(blocks), last: vec![0; blocks], leaves: BinaryHeap::new() }
     }
 
     fn is_live(&self, &(last, block): &(Position, BlockId)) -> bool {
-        let b = block as usize;
-        self.resident[b] && self.children[b] == 0 && self.last[b] == last
+        self.forest.is_leaf(block) && self.last[block as usize] == last
     }
 }
 
@@ -64,34 +52,23 @@ impl EvictionPolicy for LeafLru {
     }
 
     fn contains(&self, block: BlockId) -> bool {
-        self.resident[block as usize]
+        self.forest.contains(block)
     }
 
     fn access(&mut self, access: Access) {
-        let b = access.block as usize;
-        if !self.resident[b] {
-            self.resident[b] = true;
-            self.len += 1;
-            match access.parent {
-                Some(parent) if parent != access.block && self.resident[parent as usize] => {
-                    self.parent[b] = parent;
-                    self.children[parent as usize] += 1;
-                }
-                _ => self.parent[b] = NO_PARENT,
-            }
-        }
-        self.last[b] = access.position;
-        if self.children[b] == 0 {
+        self.forest.insert(&access);
+        self.last[access.block as usize] = access.position;
+        if self.forest.is_leaf(access.block) {
             self.leaves.push(Reverse((access.position, access.block)));
         }
-        if heap_needs_compaction(self.leaves.len(), self.len) {
+        if heap_needs_compaction(self.leaves.len(), self.forest.len()) {
             let leaves = std::mem::take(&mut self.leaves);
             self.leaves = compact_heap(leaves, |Reverse(entry)| self.is_live(entry));
         }
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.forest.len()
     }
 
     fn evict(&mut self) -> Option<BlockId> {
@@ -100,20 +77,12 @@ impl EvictionPolicy for LeafLru {
                 continue;
             }
             let block = entry.1;
-            let b = block as usize;
-            self.resident[b] = false;
-            self.len -= 1;
-            let parent = std::mem::replace(&mut self.parent[b], NO_PARENT);
-            if parent != NO_PARENT {
-                let p = parent as usize;
-                self.children[p] -= 1;
-                if self.children[p] == 0 {
-                    self.leaves.push(Reverse((self.last[p], parent)));
-                }
+            if let Some(parent) = self.forest.remove_leaf(block) {
+                self.leaves.push(Reverse((self.last[parent as usize], parent)));
             }
             return Some(block);
         }
-        debug_assert_eq!(self.len, 0, "resident blocks but no live leaf");
+        debug_assert_eq!(self.forest.len(), 0, "resident blocks but no live leaf");
         None
     }
 }

@@ -23,6 +23,7 @@
 //! | [`leaf_lfu`] | lowest LFU-DA priority among blocks with no resident child | O(log n) | O(log n) |
 //! | [`opt`] | next access furthest in the future (Belady) | O(log n) | O(log n) |
 
+pub(crate) mod forest;
 pub mod leaf_lfu;
 pub mod leaf_lru;
 pub mod lfu;
