@@ -11,12 +11,40 @@ fn chain(c: i64) -> Vec<i64> {
     (0..10).map(|j| c * 100 + j).collect()
 }
 
-/// Reads the hot chains (the first three) among the `written` ones.
+/// Reads the hot chains (the first three) among the `written` ones, and waits until the
+/// recency updates each read sends after its answer have landed (each read also counts one
+/// access of the chain's leaf in the frequency index: that count is what is polled).
 async fn read_hot(fx: &Fixture, written: i64) {
-    for c in 0..written.min(3) {
+    let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
+    let count = |c: i64| {
+        let lfu = lfu.clone();
+        async move {
+            let mut conn = valkey().await;
+            let n: Option<f64> = redis::cmd("ZSCORE")
+                .arg(&lfu)
+                .arg((c * 100 + 9).to_be_bytes().to_vec())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n.unwrap_or(0.0)
+        }
+    };
+    let hot: Vec<i64> = (0..written.min(3)).collect();
+    let mut before = Vec::new();
+    for &c in &hot {
+        before.push(count(c).await);
         assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &chain(c), json!({})).await).len(), 10);
     }
-    tokio::time::sleep(Duration::from_millis(20)).await; // recency updates land
+    let landed = eventually(Duration::from_secs(5), || async {
+        for (i, &c) in hot.iter().enumerate() {
+            if count(c).await < before[i] + 1.0 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    assert!(landed.is_some(), "the hot chains' recency updates never landed");
 }
 
 #[tokio::test]
