@@ -18,7 +18,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use kvcm_optimizer::policy::NextUse;
 use kvcm_optimizer::{PolicyKind, PolicyParams, Trace, TraceFormat, simulate};
 
-const POLICIES: [PolicyKind; 8] = PolicyKind::ALL;
+const POLICIES: [PolicyKind; 9] = PolicyKind::ALL;
 
 /// A prefix-chained trace: 20k conversations of growing turns over a few shared system prompts.
 fn generated_trace() -> Trace {

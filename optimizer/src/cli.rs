@@ -117,7 +117,7 @@ pub struct PolicyArgs {
     #[arg(long, default_value_t = 5, value_name = "K")]
     pub random_samples: usize,
 
-    /// random_lru policy: sampler seed; the same seed gives the same result.
+    /// random_lru and adaptive policies: sampler seed; the same seed gives the same result.
     #[arg(long, default_value_t = PolicyParams::default().seed, value_name = "SEED")]
     pub seed: u64,
 }
@@ -192,12 +192,12 @@ pub struct SweepArgs {
     #[arg(long, value_name = "SIZE")]
     block_bytes: Option<String>,
 
-    /// Policies, comma-separated: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt.
+    /// Policies, comma-separated: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, adaptive, opt.
     #[arg(
         long,
         value_delimiter = ',',
         value_name = "POLICIES",
-        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,opt"
+        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,adaptive,opt"
     )]
     policies: Vec<PolicyKind>,
 
@@ -252,7 +252,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     trace: TraceArgs,
 
-    /// The policy: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu or opt.
+    /// The policy: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, adaptive or opt.
     #[arg(long, default_value = "lru", value_name = "POLICY")]
     policy: PolicyKind,
 
@@ -288,7 +288,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_name = "POLICIES",
-        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,opt"
+        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,adaptive,opt"
     )]
     policies: Vec<PolicyKind>,
 
@@ -373,7 +373,9 @@ fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
         check_fraction("--capacity-fractions", f)?;
     }
     if args.policies.is_empty() {
-        bail!("--policies is empty; name at least one of lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt");
+        bail!(
+            "--policies is empty; name at least one of lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, adaptive, opt"
+        );
     }
     let mut sizes = Vec::with_capacity(args.bytes.len());
     for text in &args.bytes {

@@ -86,8 +86,9 @@ fn color(policy: PolicyKind) -> RGBColor {
         PolicyKind::Ttl => RGBColor(148, 103, 189),
         PolicyKind::RandomLru => RGBColor(140, 86, 75),
         PolicyKind::LeafLru => RGBColor(44, 160, 44),
-        PolicyKind::S3Fifo => RGBColor(140, 86, 75),
+        PolicyKind::S3Fifo => RGBColor(188, 189, 34),
         PolicyKind::LeafLfu => RGBColor(227, 119, 194),
+        PolicyKind::Adaptive => RGBColor(23, 190, 207),
         PolicyKind::Opt => RGBColor(214, 39, 40),
     }
 }

@@ -102,6 +102,9 @@ pub fn simulate(
         }
         PolicyKind::LeafLru => replay(trace, &mut LeafLru::new(blocks), capacity),
         PolicyKind::LeafLfu => replay(trace, &mut crate::policy::leaf_lfu::LeafLfu::new(blocks), capacity),
+        PolicyKind::Adaptive => {
+            replay(trace, &mut crate::policy::adaptive::Adaptive::new(blocks, params.seed), capacity)
+        }
         PolicyKind::S3Fifo => replay(trace, &mut crate::policy::s3fifo::S3Fifo::new(blocks, capacity), capacity),
         PolicyKind::Opt => match next_use {
             Some(next_use) => replay(trace, &mut Opt::new(blocks, next_use), capacity),

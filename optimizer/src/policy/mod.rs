@@ -21,8 +21,10 @@
 //! | [`leaf_lru`] | least recently accessed block with no resident child | O(log n) | O(log n) |
 //! | [`s3fifo`] | small FIFO on probation, main FIFO with second chances, ghost of evictees | O(1) | O(1) amortised |
 //! | [`leaf_lfu`] | lowest LFU-DA priority among blocks with no resident child | O(log n) | O(log n) |
+//! | [`adaptive`] | lowest learned hit density by age among K sampled leaves | O(1) | O(K) |
 //! | [`opt`] | next access furthest in the future (Belady) | O(log n) | O(log n) |
 
+pub mod adaptive;
 pub(crate) mod forest;
 pub mod leaf_lfu;
 pub mod leaf_lru;
@@ -101,12 +103,23 @@ pub enum PolicyKind {
     S3Fifo,
     /// LFU-DA over the leaves of the prefix tree (a candidate of issue 12).
     LeafLfu,
+    /// Leaves by learned hit density per generation and age (issue 12's winner).
+    Adaptive,
 }
 
 impl PolicyKind {
     /// Every policy, in report order.
-    pub const ALL: [PolicyKind; 8] =
-        [Self::Lru, Self::Lfu, Self::Ttl, Self::RandomLru, Self::LeafLru, Self::S3Fifo, Self::LeafLfu, Self::Opt];
+    pub const ALL: [PolicyKind; 9] = [
+        Self::Lru,
+        Self::Lfu,
+        Self::Ttl,
+        Self::RandomLru,
+        Self::LeafLru,
+        Self::S3Fifo,
+        Self::LeafLfu,
+        Self::Adaptive,
+        Self::Opt,
+    ];
 
     /// The name used on the command line and in CSV files.
     pub fn name(self) -> &'static str {
@@ -119,6 +132,7 @@ impl PolicyKind {
             Self::Opt => "opt",
             Self::S3Fifo => "s3fifo",
             Self::LeafLfu => "leaf_lfu",
+            Self::Adaptive => "adaptive",
         }
     }
 
@@ -126,7 +140,7 @@ impl PolicyKind {
     pub fn relative_cost(self) -> u32 {
         match self {
             Self::Lru | Self::Ttl | Self::S3Fifo => 1,
-            Self::RandomLru => 2,
+            Self::RandomLru | Self::Adaptive => 2,
             Self::Lfu | Self::LeafLru | Self::LeafLfu | Self::Opt => 3,
         }
     }
@@ -155,7 +169,7 @@ impl FromStr for PolicyKind {
             })
             .ok_or_else(|| {
                 format!(
-                    "unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, opt"
+                    "unknown policy `{s}`; expected one of: lru, lfu, ttl, random_lru, leaf_lru, s3fifo, leaf_lfu, adaptive, opt"
                 )
             })
     }
@@ -235,7 +249,7 @@ mod tests {
         assert_eq!("Random-LRU".parse::<PolicyKind>().unwrap(), PolicyKind::RandomLru);
         assert_eq!("belady".parse::<PolicyKind>().unwrap(), PolicyKind::Opt);
         let err = "fifo".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("random_lru, leaf_lru, s3fifo, leaf_lfu, opt"), "{err}");
+        assert!(err.contains("random_lru, leaf_lru, s3fifo, leaf_lfu, adaptive, opt"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,107 @@
+//! Hit density: the arithmetic of the `adaptive` eviction policy, shared by the worker (which
+//! runs it live) and `kvcm-optimizer` (which simulates it), so both rank leaves the same way.
+//!
+//! The policy counts two kinds of events per **age bucket** (time since a leaf's last access,
+//! log-scaled, [`bucket`]): a *hit* when a read's deepest block is a serving leaf, an *eviction*
+//! when a leaf is evicted. From those histograms, the hit density of a leaf at age `a` is the
+//! hits a leaf of that age still gets, per unit of time it still occupies the cache (LHD,
+//! Beckmann et al., NSDI '18):
+//!
+//! ```text
+//! density(a) = Σ_{x≥a} hits(x) / Σ_{x≥a} (hits(x) + evictions(x)) · (t(x) − t(a) + w(x)/2)
+//! ```
+//!
+//! where `t(x)` is the age at which bucket `x` starts and `w(x)` its width. Each eviction samples
+//! leaves and evicts the one with the lowest density, the least recently accessed on a tie; an
+//! empty histogram makes every density 0, i.e. sampled LRU. Histograms decay (× [`DECAY`]) every
+//! [`DECAY_EVENTS`] events so the ranking follows a workload that changes.
+//!
+//! Example (a conversation workload whose turns come back 5–60 s after the last one, or never):
+//! leaves read back within a minute score high at 10 s and higher at 50 s (their turn is due),
+//! then fall to 0 past 60 s, where LRU would have kept them over a leaf touched 30 s ago.
+
+/// Age buckets: bucket `b` starts at `2^(b/4) − 1` ms (four per doubling; the last one, 127,
+/// holds every age from ~39 days on).
+pub const BUCKETS: usize = 128;
+/// Leaves sampled per eviction.
+pub const SAMPLES: usize = 32;
+/// Events between two decays of the histograms.
+pub const DECAY_EVENTS: u64 = 2_048;
+/// Weight the histograms keep at each decay.
+pub const DECAY: f64 = 0.9;
+
+/// The age bucket of an age in milliseconds: `min(127, ⌊4·log2(age + 1)⌋)`.
+pub fn bucket(age_ms: u64) -> usize {
+    let b = (4.0 * ((age_ms as f64) + 1.0).log2()) as usize;
+    b.min(BUCKETS - 1)
+}
+
+/// The age (ms) at which bucket `b` starts.
+fn bucket_start(b: usize) -> f64 {
+    (b as f64 / 4.0).exp2() - 1.0
+}
+
+/// The density of every age bucket from the hit and eviction histograms (each [`BUCKETS`]
+/// long; shorter ones are read as zero-padded).
+pub fn densities(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
+    let at = |v: &[f64], b: usize| v.get(b).copied().unwrap_or(0.0);
+    let mut table = vec![0.0; BUCKETS];
+    // From the oldest bucket down: hits still to come, events still to come, and the time those
+    // events will still spend in the cache, all for a leaf now at age t(b).
+    let (mut hits_above, mut events_above, mut lifetime) = (0.0, 0.0, 0.0);
+    for b in (0..BUCKETS).rev() {
+        let width = bucket_start(b + 1) - bucket_start(b);
+        if b + 1 < BUCKETS {
+            lifetime += events_above * width;
+        }
+        hits_above += at(hits, b);
+        events_above += at(hits, b) + at(evictions, b);
+        let time = lifetime + events_above * width / 2.0;
+        table[b] = if time > 0.0 { hits_above / time } else { 0.0 };
+    }
+    table
+}
+
+/// Which of two candidates to evict first: the lower density, then the older last access.
+pub fn colder(a: (f64, u64), b: (f64, u64)) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_log_scaled_and_capped() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(1), 4);
+        assert_eq!(bucket(3), 8);
+        assert_eq!(bucket(1_000), 39);
+        assert_eq!(bucket(60_000), 63);
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+        for b in 0..BUCKETS - 1 {
+            assert!(bucket_start(b) < bucket_start(b + 1));
+            assert_eq!(bucket(bucket_start(b).ceil() as u64).min(b), b, "bucket {b} starts where it says");
+        }
+    }
+
+    #[test]
+    fn an_empty_history_ranks_by_age_alone() {
+        assert!(densities(&[], &[]).iter().all(|&d| d == 0.0));
+        assert!(colder((0.0, 5), (0.0, 9)), "equal densities: the older goes first");
+        assert!(!colder((0.5, 5), (0.0, 9)), "a lower density goes first whatever its age");
+    }
+
+    #[test]
+    fn leaves_read_back_at_a_known_age_are_worth_most_just_before_it_and_nothing_after() {
+        // Every leaf is read back at ~1 minute (bucket 63) or evicted at ~10 minutes.
+        let (mut hits, mut evictions) = (vec![0.0; BUCKETS], vec![0.0; BUCKETS]);
+        hits[bucket(60_000)] = 100.0;
+        evictions[bucket(600_000)] = 100.0;
+        let d = densities(&hits, &evictions);
+        let (young, due, late) = (d[bucket(1_000)], d[bucket(50_000)], d[bucket(120_000)]);
+        assert!(due > young, "a leaf whose read is due is worth more than a fresh one: {due} vs {young}");
+        assert_eq!(late, 0.0, "past the age of every hit, nothing more comes");
+        assert!(young > 0.0);
+    }
+}
