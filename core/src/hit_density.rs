@@ -1,5 +1,7 @@
-//! Hit density: the arithmetic of the `adaptive` eviction policy, shared by the worker (which
-//! runs it live) and `kvcm-optimizer` (which simulates it), so both rank leaves the same way.
+//! Hit density: the arithmetic of the `adaptive` eviction policy. `kvcm-optimizer` simulates it;
+//! it lives here, in the crate the worker shares, so that the worker ranks leaves exactly as the
+//! simulation does once the policy runs live (it does not yet: docs/optimizer.md, "Third
+//! candidate", says why).
 //!
 //! The policy counts two kinds of events per **age bucket** (time since a leaf's last access,
 //! log-scaled, [`bucket`]): a *hit* when a read's deepest block is a serving leaf, an *eviction*

@@ -1,13 +1,13 @@
-//! Adaptive: leaf-aware eviction by learned hit density (issue 12's winner; the worker runs the
-//! same policy live as `POLICY_ADAPTIVE`).
+//! Adaptive: leaf-aware eviction by learned hit density (issue 12's current candidate; not yet
+//! run by the worker — docs/optimizer.md, "Third candidate", has the live experiment).
 //!
 //! Only leaves of the prefix tree are evictable, as in [`super::leaf_lru`]. Among them the victim
 //! is the one expected to get the fewest hits per unit of time it would still occupy the cache,
 //! learned from this cache's own history of hits and evictions by age
-//! ([`kvcm_core::hit_density`], where the arithmetic and an example live). It models what the
+//! ([`kvcm_core::hit_density`], where the arithmetic and an example live). It models only what a
 //! live policy can observe:
 //!
-//! * a **hit** is a read whose deepest block is a resident leaf (the worker's read path touches
+//! * a **hit** is a read whose deepest block is a resident leaf (kvcm's read path touches
 //!   only the deepest block of a read), counted at the leaf's age — the time since its last
 //!   access, in trace time;
 //! * an **eviction** is counted at the victim's age;
@@ -15,8 +15,9 @@
 //!   the lowest density, the least recently accessed on a tie;
 //! * the density table is recomputed, and the histograms decay, every [`DECAY_EVENTS`] events.
 //!
-//! Ages are milliseconds of trace time, so a trace replayed in real time through the API teaches
-//! the worker the same table. The sampler is seeded: a replay is deterministic.
+//! Ages are milliseconds of trace time (a live cache would measure wall-clock time; a replay
+//! sped up S× shifts every age by log2(S) doublings, which the learned table absorbs). The
+//! sampler is seeded: a replay is deterministic.
 
 use kvcm_core::hit_density::{self, BUCKETS, DECAY, DECAY_EVENTS, SAMPLES, bucket};
 
