@@ -32,7 +32,20 @@ pub async fn get(
     State(s): State<AppState>,
     WireJson(req): WireJson<GroupNameRequest>,
 ) -> Reply<GetInstanceGroupResponse> {
-    Reply(s.registry.get_group(&req.name).await.map(|instance_group| GetInstanceGroupResponse { instance_group }))
+    Reply(
+        async {
+            let instance_group = s.registry.get_group(&req.name).await?;
+            let storages = s.registry.list_storages().await?;
+            let missing_storage_candidates = instance_group
+                .storage_candidates
+                .iter()
+                .filter(|c| !storages.iter().any(|st| &st.global_unique_name == *c))
+                .cloned()
+                .collect();
+            Ok(GetInstanceGroupResponse { instance_group, missing_storage_candidates })
+        }
+        .await,
+    )
 }
 
 pub async fn list(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<ListInstanceGroupResponse> {

@@ -482,9 +482,8 @@ impl Registry {
     pub async fn create_group(&self, g: InstanceGroup) -> Result<()> {
         let json = validate::group(&self.limits, &g)?;
         let k = &self.keys;
-        let mut args: Vec<&str> = vec![&g.name, &json];
-        args.extend(g.storage_candidates.iter().map(String::as_str));
-        self.write(&scripts::REGISTRY_CREATE_GROUP, &[&k.version, &k.groups, &k.storages], &args).await.map(drop)
+        // Candidates that do not exist yet are accepted (Tair does): skipped for writes until added.
+        self.write(&scripts::REGISTRY_CREATE_GROUP, &[&k.version, &k.groups], &[&g.name, &json]).await.map(drop)
     }
 
     /// Optimistic update: the stored version must equal `current_version`, and the new group's
@@ -499,9 +498,7 @@ impl Registry {
         }
         let cur = current_version.to_string();
         let k = &self.keys;
-        let mut args: Vec<&str> = vec![&g.name, &json, &cur];
-        args.extend(g.storage_candidates.iter().map(String::as_str));
-        self.write(&scripts::REGISTRY_UPDATE_GROUP, &[&k.version, &k.groups, &k.storages], &args).await.map(drop)
+        self.write(&scripts::REGISTRY_UPDATE_GROUP, &[&k.version, &k.groups], &[&g.name, &json, &cur]).await.map(drop)
     }
 
     pub async fn remove_group(&self, name: &str) -> Result<()> {

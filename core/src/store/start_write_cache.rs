@@ -74,7 +74,10 @@ impl DataPlane {
         }
         let mut skipped = Vec::new();
         for name in &group.storage_candidates {
-            let Some(cfg) = snap.storages.get(name) else { continue };
+            let Some(cfg) = snap.storages.get(name) else {
+                skipped.push(format!("{name} (not added yet: addStorage)"));
+                continue;
+            };
             let Some(&id) = snap.storage_ids.get(name) else {
                 skipped.push(format!("{name} (has no storage id; remove and re-add it)"));
                 continue;

@@ -391,6 +391,10 @@ pub struct ListStorageResponse {
 #[serde(default)]
 pub struct GetInstanceGroupResponse {
     pub instance_group: InstanceGroup,
+    /// kvcm extension, present only when non-empty: the group's storage candidates that do not
+    /// exist (yet). They are skipped when choosing where to write and used once added.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_storage_candidates: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
