@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod reply;
 pub mod state;
+pub mod tair_metrics;
 pub mod transport;
 
 use crate::metrics::Metrics;
@@ -174,6 +175,8 @@ pub fn app_state(
         node: Arc::new(node),
         health,
         bodies: Arc::new(tokio::sync::Semaphore::new(inflight_kib)),
+        started: std::time::Instant::now(),
+        tair_rates: Arc::default(),
     })
 }
 

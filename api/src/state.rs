@@ -24,6 +24,10 @@ pub struct AppState {
     pub health: Arc<crate::health::Health>,
     /// The frontend's budget of request-body bytes in flight, in KiB (`max_inflight_body_bytes`).
     pub bodies: Arc<tokio::sync::Semaphore>,
+    /// When this state was built (the process started serving).
+    pub started: std::time::Instant,
+    /// What the previous `getMetrics` counted, for Tair's per-second rates.
+    pub tair_rates: Arc<crate::tair_metrics::RateState>,
 }
 
 impl std::fmt::Debug for AppState {

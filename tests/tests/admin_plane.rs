@@ -493,6 +493,63 @@ async fn accounts_turn_on_admin_authentication_and_passwords_are_never_stored_or
     assert_eq!(status, 200);
 }
 
+/// One `MetricsData` of `getMetrics` by name and tags; its value as a number.
+fn tair_metric(m: &Value, name: &str, tags: &[(&str, &str)]) -> Option<f64> {
+    m["metrics"].as_array().unwrap().iter().find_map(|d| {
+        let all = tags.iter().all(|(k, v)| {
+            d["metric_tags"].as_array().unwrap().iter().any(|t| t["tag_key"] == *k && t["tag_value"] == *v)
+        });
+        (d["metric_name"] == name && all).then(|| {
+            let v = &d["metric_value"];
+            v["int_value"].as_str().map(|s| s.parse().unwrap()).or_else(|| v["float_value"].as_f64()).unwrap()
+        })
+    })
+}
+
+#[tokio::test]
+async fn get_metrics_also_answers_tairs_metric_names_for_what_kvcm_measures() {
+    let api = Api::start();
+    let root = repo_root().join(".kvcm/test-data").join(unique("tair-metrics"));
+    assert_ok(&api.admin("addStorage", nfs("tm_nfs", root.to_str().unwrap())).await);
+    assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("tm", &["tm_nfs"], 1)})).await);
+    assert_ok(&api.meta("registerInstance", registration("tm", "tm-inst")).await);
+    // Two blocks written (1024 + 1024 bytes per block: two specs), three reads, one refused.
+    let started = api.meta("startWriteCache", json!({"instance_id": "tm-inst", "block_keys": [1, 2]})).await;
+    assert_ok(&started);
+    let finish = json!({"instance_id": "tm-inst", "write_session_id": started.1["write_session_id"], "success_blocks": {"offset": 2}});
+    assert_ok(&api.meta("finishWriteCache", finish).await);
+    let read = json!({"instance_id": "tm-inst", "query_type": "QT_PREFIX_MATCH", "block_keys": [1, 2, 3]});
+    for _ in 0..3 {
+        assert_ok(&api.meta("getCacheLocation", read.clone()).await);
+    }
+    let bad = json!({"instance_id": "tm-inst", "query_type": "QT_PREFIX_MATCH", "block_keys": []});
+    assert_eq!(code(&api.meta("getCacheLocation", bad).await.1), "INVALID_ARGUMENT");
+
+    let (_, m) = api.admin("getMetrics", json!({})).await;
+    let get = [("api_name", "GetCacheLocation")];
+    assert_eq!(tair_metric(&m, "service.query_counter", &get), Some(4.0), "{m}");
+    assert!(tair_metric(&m, "service.query_rt_us", &get).unwrap() > 0.0);
+    assert!(tair_metric(&m, "service.qps", &get).unwrap() > 0.0);
+    assert!(tair_metric(&m, "service.error_qps", &get).unwrap() > 0.0, "one of the four was refused");
+    assert_eq!(tair_metric(&m, "service.query_counter", &[("api_name", "AddStorage")]), Some(1.0));
+    let inst = [("instance_id", "tm-inst")];
+    assert_eq!(tair_metric(&m, "manager.request_key_count", &inst), Some(9.0), "3 reads of 3 keys");
+    assert_eq!(tair_metric(&m, "manager.prefix_match_len", &inst), Some(2.0));
+    assert_eq!(tair_metric(&m, "cache_manager_instance.key_count", &inst), Some(2.0));
+    assert_eq!(tair_metric(&m, "meta_indexer.total_key_count", &inst), Some(2.0));
+    assert_eq!(tair_metric(&m, "cache_manager_instance.byte_size", &inst), Some(4096.0));
+    let ratio = tair_metric(&m, "cache_manager_group.usage_ratio", &[("instance_group", "tm")]).unwrap();
+    assert!((ratio - 4096.0 / 1_000_000.0).abs() < 1e-12, "{ratio}");
+    assert_eq!(tair_metric(&m, "data_storage.healthy_status", &[("storage_unique_name", "tm_nfs")]), Some(1.0));
+    assert_ok(&api.admin("disableStorage", json!({"storage_unique_name": "tm_nfs"})).await);
+    let (_, m) = api.admin("getMetrics", json!({})).await;
+    assert_eq!(tair_metric(&m, "data_storage.healthy_status", &[("storage_unique_name", "tm_nfs")]), Some(0.0));
+    // Rates count since the previous getMetrics: no reads since.
+    assert_eq!(tair_metric(&m, "service.qps", &get), Some(0.0), "{m}");
+    // kvcm's own names are still there.
+    assert!(m.to_string().contains("kvcm_http_requests_total"));
+}
+
 #[tokio::test]
 async fn health_cluster_info_metrics_and_leader_rpcs_answer() {
     let api = Api::start();
@@ -516,6 +573,10 @@ async fn health_cluster_info_metrics_and_leader_rpcs_answer() {
     assert!(has, "{m}");
     let (status, text) = api.get_admin("/metrics").await;
     assert_eq!(status, 200);
+    assert!(
+        !text.contains("service.query_counter") && !text.contains("service_query_counter"),
+        "GET /metrics stays kvcm's Prometheus names"
+    );
     assert!(
         text.contains(r#"kvcm_http_requests_total{code="UNSUPPORTED",plane="admin",route="/api/leaderDemote"} 1"#),
         "{text}"

@@ -17,12 +17,12 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// kvcm's metrics (Prometheus names) followed by Tair's names for the same measurements
+/// (`crate::tair_metrics`).
 pub async fn get_metrics(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<GetMetricsResponse> {
-    Reply(Ok(GetMetricsResponse {
-        timestamp: now_ms(),
-        metrics: s.metrics.as_metrics_data(),
-        extra_data: String::new(),
-    }))
+    let mut metrics = s.metrics.as_metrics_data();
+    metrics.extend(crate::tair_metrics::tair_metrics(&s, &s.tair_rates).await);
+    Reply(Ok(GetMetricsResponse { timestamp: now_ms(), metrics, extra_data: String::new() }))
 }
 
 pub async fn check_health(State(s): State<AppState>, WireJson(_): WireJson<TraceOnly>) -> Reply<CheckHealthResponse> {

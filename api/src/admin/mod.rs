@@ -61,7 +61,11 @@ pub fn rpcs() -> Rpcs {
         .rpc("createApiKey", account::create_api_key, "kvcm: create an API key; its token is shown once")
         .rpc("listApiKeys", account::list_api_keys, "kvcm: every API key (never its token)")
         .rpc("revokeApiKey", account::revoke_api_key, "kvcm: revoke an API key")
-        .rpc("getMetrics", cluster::get_metrics, "This frontend's metrics as MetricsData")
+        .rpc(
+            "getMetrics",
+            cluster::get_metrics,
+            "This frontend's metrics as MetricsData: kvcm's names, then Tair's (service.query_counter, service.query_rt_us, service.qps, ... tagged api_name) for the same measurements",
+        )
         .rpc("checkHealth", cluster::check_health, "Whether Valkey is reachable")
         .rpc("getManagerClusterInfo", cluster::cluster_info, "This frontend as the cluster's (only) leader")
         .rpc("leaderDemote", cluster::leader_demote, "UNSUPPORTED: kvcm has no leader")
