@@ -581,3 +581,67 @@ async fn long_prefixes_read_in_chunks_match_exactly() {
     assert_eq!(batch.iter().filter(|h| !**h).count(), 1);
     assert!(!batch[2500]);
 }
+
+/// `getCacheLocationLen` answers how many blocks `getCacheLocation` would return as real
+/// locations, for each query type, without the locations and without refreshing recency (a
+/// scheduler probing many instances must not keep their blocks alive).
+#[tokio::test]
+async fn get_cache_location_len_counts_what_a_read_would_return_and_touches_nothing() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    fx.write(&[1, 2, 3]).await;
+    fx.write(&[1, 2, 3, 5]).await;
+    let fx = &fx;
+    let len = |query: &str, keys: Vec<i64>, sw: i32| {
+        let body = json!({"instance_id": fx.instance, "query_type": query, "block_keys": keys, "sw_size": sw});
+        async move { fx.api.meta("getCacheLocationLen", body).await.1 }
+    };
+    for (query, keys, sw) in [
+        ("QT_PREFIX_MATCH", vec![1, 2, 3, 4, 5], 0),
+        ("QT_PREFIX_MATCH", vec![9, 1, 2], 0),
+        ("QT_BATCH_GET", vec![1, 9, 3, 5], 0),
+        ("QT_REVERSE_ROLL_SW_MATCH", vec![1, 2, 3, 5], 2),
+    ] {
+        let extra = if sw > 0 { json!({"sw_size": sw}) } else { json!({}) };
+        let full = fx.get(query, &keys, extra).await;
+        let real = Fixture::real(&full).iter().filter(|r| **r).count();
+        let r = len(query, keys.clone(), sw).await;
+        assert_eq!(code(&r), "OK", "{r}");
+        assert_eq!(r["cache_location_len"], real.to_string(), "{query} {keys:?}: {r} vs {full}");
+    }
+    assert_eq!(len("QT_PREFIX_MATCH", vec![1, 2, 3, 4, 5], 0).await["cache_location_len"], "3");
+    assert_eq!(len("QT_BATCH_GET", vec![1, 9, 3, 5], 0).await["cache_location_len"], "3");
+
+    // No recency refresh: the namespace is byte for byte the same after a Len probe, while the
+    // same getCacheLocation moves its deepest block's recency (off the request path: polled).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = dump_namespace(&fx.api.namespace).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(len("QT_PREFIX_MATCH", vec![1, 2, 3, 5], 0).await["cache_location_len"], "4");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(dump_namespace(&fx.api.namespace).await, before, "getCacheLocationLen changed state");
+    fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 5], json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while dump_namespace(&fx.api.namespace).await == before {
+        assert!(std::time::Instant::now() < deadline, "a getCacheLocation never refreshed recency");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let bad = json!({"instance_id": fx.instance, "query_type": "QT_UNSPECIFIED", "block_keys": [1]});
+    assert_err(&fx.api.meta("getCacheLocationLen", bad).await, "INVALID_ARGUMENT", "query_type");
+    let unknown = json!({"instance_id": "nobody", "query_type": "QT_PREFIX_MATCH", "block_keys": [1]});
+    assert_err(&fx.api.meta("getCacheLocationLen", unknown).await, "INSTANCE_NOT_EXIST", "nobody");
+}
+
+/// `getClusterInfo`: every frontend names itself (there is no leader to find) and says so.
+#[tokio::test]
+async fn get_cluster_info_names_the_frontend_that_answers() {
+    let api = Api::start();
+    let (_, r) = api.meta("getClusterInfo", json!({"trace_id": "t", "instance_id": "any"})).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["leader_node_id"], r["self_node_id"]);
+    assert_eq!(r["leader_endpoint"]["node_id"], r["self_node_id"]);
+    assert_eq!(r["leader_endpoint"]["meta_http_port"].to_string(), api.meta.rsplit(':').next().unwrap());
+    assert!(r["leader_endpoint"]["custom_info"].as_str().unwrap().contains("leaderless"), "{r}");
+    let long = "x".repeat(100_000);
+    assert_err(&api.meta("getClusterInfo", json!({"instance_id": long})).await, "INVALID_ARGUMENT", "instance_id");
+}

@@ -60,3 +60,34 @@ pub async fn get(
         .await,
     )
 }
+
+/// `getClusterInfo`: every frontend answers that it serves (kvcm has no leader; any frontend
+/// behind the load balancer takes any request), naming itself as the leader Tair's clients look
+/// for. `instance_id` is only checked for length: the answer does not depend on it.
+pub async fn cluster_info(
+    State(s): State<AppState>,
+    _caller: Caller,
+    WireJson(req): WireJson<kvcm_core::wire::meta::GetClusterInfoRequest>,
+) -> Reply<kvcm_core::wire::meta::GetClusterInfoResponse> {
+    Reply(
+        async {
+            if !req.instance_id.is_empty() {
+                kvcm_core::registry::validate::instance_id(s.registry.lookup_limits(), &req.instance_id)?;
+            }
+            let n = &s.node;
+            Ok(kvcm_core::wire::meta::GetClusterInfoResponse {
+                self_node_id: n.id.clone(),
+                leader_node_id: n.id.clone(),
+                leader_endpoint: kvcm_core::wire::meta::MetaNodeEndpoint {
+                    node_id: n.id.clone(),
+                    host: n.host.clone(),
+                    meta_rpc_port: 0,
+                    meta_http_port: n.meta_port as i32,
+                    custom_info: r#"{"leaderless":true,"note":"every kvcm-api frontend serves every request"}"#
+                        .to_string(),
+                },
+            })
+        }
+        .await,
+    )
+}

@@ -18,11 +18,17 @@ pub fn rpcs() -> Rpcs {
         .rpc("registerInstance", instance::register, "Register an engine instance (idempotent)")
         .rpc("getInstanceInfo", instance::get, "An instance's registration and group")
         .rpc("getCacheLocation", cache::get_cache_location, "Where blocks are stored: prefix, batch or window")
+        .rpc(
+            "getCacheLocationLen",
+            cache::get_cache_location_len,
+            "How many blocks getCacheLocation would return, without them (no recency refresh)",
+        )
         .rpc("getCacheMeta", cache::get_cache_meta, "Blocks' locations and states, for debugging")
         .rpc("startWriteCache", cache::start_write_cache, "Phase 1 of a write: where to write new blocks")
         .rpc("finishWriteCache", cache::finish_write_cache, "Phase 2 of a write: which blocks were written")
         .rpc("removeCache", cache::remove_cache, "Remove blocks (deleted in the background)")
         .rpc("trimCache", cache::trim_cache, "Remove all, or a time range of, an instance's blocks")
+        .rpc("getClusterInfo", instance::cluster_info, "Who serves: this frontend (kvcm has no leader)")
 }
 
 pub fn router(state: AppState) -> Router {

@@ -83,6 +83,31 @@ trait Sink {
     fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool;
     fn placeholder(&mut self);
     fn len(&self) -> usize;
+    /// Whether the read refreshes the recency of its deepest hit (a read an engine will use does;
+    /// a scheduler's probe of how much would hit does not).
+    fn touches(&self) -> bool {
+        true
+    }
+}
+
+/// Counts what a query would return, without keeping it (`getCacheLocationLen`).
+struct Counted {
+    real: usize,
+}
+
+impl Sink for Counted {
+    fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool {
+        let expressible = builder.build(key, loc).is_some();
+        self.real += expressible as usize;
+        expressible
+    }
+    fn placeholder(&mut self) {}
+    fn len(&self) -> usize {
+        self.real
+    }
+    fn touches(&self) -> bool {
+        false
+    }
 }
 
 struct Built<'a> {
@@ -223,6 +248,22 @@ impl DataPlane {
         Ok(stats)
     }
 
+    /// How many blocks a query would return as real locations (`getCacheLocationLen`): the
+    /// matched prefix (QT_PREFIX_MATCH), the hits (QT_BATCH_GET) or the window
+    /// (QT_REVERSE_ROLL_SW_MATCH) — the `matched` of the same [`Self::get_cache_location`] —
+    /// without building a location or refreshing any block's recency.
+    pub async fn get_cache_location_len(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        query: QueryType,
+        blocks: &[i64],
+        sw_size: i32,
+    ) -> Result<MatchStats> {
+        let mut sink = Counted { real: 0 };
+        self.lookup(snap, inst, query, blocks, &BlockMask::Offset(0), sw_size, &[], &mut sink).await
+    }
+
     #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
     async fn lookup(
         &self,
@@ -306,7 +347,7 @@ impl DataPlane {
                 Selection::Each => hits.iter().filter(|h| **h).count(),
             },
         };
-        if let Some(i) = deepest {
+        if let Some(i) = deepest.filter(|_| sink.touches()) {
             let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
             self.touch(&inst.instance_id, blocks[i], leaf);
         }

@@ -49,6 +49,61 @@ pub struct LocationsResponse {
     pub locations: Vec<CacheLocation>,
 }
 
+/// `GetCacheLocationLen`: how many blocks `getCacheLocation` would return as real locations,
+/// without the locations (cheaper for schedulers). No mask or spec filter, as in Tair.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetCacheLocationLenRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+    pub query_type: QueryType,
+    #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
+    pub block_keys: Vec<i64>,
+    #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
+    pub token_ids: Vec<i64>,
+    pub sw_size: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetCacheLocationLenResponse {
+    /// The matched prefix (QT_PREFIX_MATCH), the hits (QT_BATCH_GET) or the window's blocks
+    /// (QT_REVERSE_ROLL_SW_MATCH).
+    #[serde(with = "super::codec::int64")]
+    #[schema(value_type = Int64)]
+    pub cache_location_len: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetClusterInfoRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+}
+
+/// A node's meta-plane endpoint (Tair's `MetaNodeEndpoint`: no admin ports).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct MetaNodeEndpoint {
+    pub node_id: String,
+    pub host: String,
+    pub meta_rpc_port: i32,
+    pub meta_http_port: i32,
+    pub custom_info: String,
+}
+
+/// `GetClusterInfo`: who serves. kvcm has no leader — every frontend serves every request — so
+/// each names itself as the leader, and `custom_info` says so.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetClusterInfoResponse {
+    pub self_node_id: String,
+    pub leader_node_id: String,
+    pub leader_endpoint: MetaNodeEndpoint,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct GetCacheMetaRequest {

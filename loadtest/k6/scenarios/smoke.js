@@ -64,6 +64,10 @@ function metaPlane(id, run) {
     'getCacheLocation batch: 5 entries, the unwritten one a placeholder': (r) =>
       r.locations.length === 5 && uris(r.locations[4]).every((u) => u === '') && uris(r.locations[0]).every((u) => u !== ''),
   });
+  const len = call('meta', 'getCacheLocationLen', { instance_id: id, query_type: 'QT_PREFIX_MATCH', block_keys: keys }).reply;
+  check(len, { 'getCacheLocationLen: the 4 written blocks match': (r) => r.cache_location_len === '4' });
+  const cluster = call('meta', 'getClusterInfo', { instance_id: id }).reply;
+  check(cluster, { 'getClusterInfo: this frontend serves (no leader)': (r) => r.leader_node_id === r.self_node_id });
   const meta = call('meta', 'getCacheMeta', { instance_id: id, block_keys: written, detail_level: 1 }).reply;
   check(meta, { 'getCacheMeta: 4 serving blocks': (r) => r.metas.length === 4 && r.metas.every((m) => m.includes('CLS_SERVING')) });
 
