@@ -9,7 +9,6 @@ pub mod backend;
 pub mod block_key;
 pub mod config;
 pub mod error;
-pub mod hit_density;
 pub mod keys;
 pub mod limits;
 pub mod mask;

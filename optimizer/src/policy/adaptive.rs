@@ -4,7 +4,7 @@
 //! Only leaves of the prefix tree are evictable, as in [`super::leaf_lru`]. Among them the victim
 //! is the one expected to get the fewest hits per unit of time it would still occupy the cache,
 //! learned from this cache's own history of hits and evictions by age
-//! ([`kvcm_core::hit_density`], where the arithmetic and an example live). It models only what a
+//! ([`super::hit_density`], where the arithmetic and an example live). It models only what a
 //! live policy can observe:
 //!
 //! * a **hit** is a read whose deepest block is a resident leaf (kvcm's read path touches
@@ -19,7 +19,7 @@
 //! sped up S× shifts every age by log2(S) doublings, which the learned table absorbs). The
 //! sampler is seeded: a replay is deterministic.
 
-use kvcm_core::hit_density::{self, BUCKETS, DECAY, DECAY_EVENTS, SAMPLES, bucket};
+use super::hit_density::{self, BUCKETS, DECAY, DECAY_EVENTS, SAMPLES, bucket};
 
 use super::forest::Forest;
 use super::{Access, EvictionPolicy};
@@ -167,8 +167,8 @@ mod tests {
     #[test]
     fn on_tool_agent_loops_it_keeps_what_comes_back_and_beats_lru() {
         // Agent loops come back after 1–5 s of "thinking", many at once: at 0.5% of the distinct
-        // blocks LRU evicts contexts just before their next turn (docs/optimizer.md: 52.2% vs
-        // adaptive 64.2% vs OPT 77.6% on 20,000 requests).
+        // blocks LRU evicts contexts just before their next turn (here 13.1% vs adaptive 31.7%,
+        // OPT 45.1%; docs/optimizer.md has 20,000 requests).
         let trace = workload(WorkloadKind::Agent, 6_000);
         let capacity = trace.distinct_blocks() / 200;
         let params = PolicyParams::default();

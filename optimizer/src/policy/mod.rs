@@ -26,6 +26,7 @@
 
 pub mod adaptive;
 pub(crate) mod forest;
+pub mod hit_density;
 pub mod leaf_lfu;
 pub mod leaf_lru;
 pub mod lfu;
@@ -103,7 +104,7 @@ pub enum PolicyKind {
     S3Fifo,
     /// LFU-DA over the leaves of the prefix tree (a candidate of issue 12).
     LeafLfu,
-    /// Leaves by learned hit density per generation and age (issue 12's winner).
+    /// Leaves by learned hit density by age (issue 12's current candidate; simulated only).
     Adaptive,
 }
 

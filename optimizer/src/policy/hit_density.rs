@@ -1,7 +1,7 @@
-//! Hit density: the arithmetic of the `adaptive` eviction policy. `kvcm-optimizer` simulates it;
-//! it lives here, in the crate the worker shares, so that the worker ranks leaves exactly as the
-//! simulation does once the policy runs live (it does not yet: docs/optimizer.md, "Third
-//! candidate", says why).
+//! Hit density: the arithmetic of the `adaptive` eviction policy ([`super::adaptive`]). Pure
+//! arithmetic with no dependency, so that the worker can share it (and rank leaves exactly as the
+//! simulation does) once the policy runs live — it does not yet: docs/optimizer.md, "Third
+//! candidate", says why.
 //!
 //! The policy counts two kinds of events per **age bucket** (time since a leaf's last access,
 //! log-scaled, [`bucket`]): a *hit* when a read's deepest block is a serving leaf, an *eviction*
@@ -23,7 +23,7 @@
 //! then fall to 0 past 60 s, where LRU would have kept them over a leaf touched 30 s ago.
 
 /// Age buckets: bucket `b` starts at `2^(b/4) − 1` ms (four per doubling; the last one, 127,
-/// holds every age from ~39 days on).
+/// holds every age from ~42 days on).
 pub const BUCKETS: usize = 128;
 /// Leaves sampled per eviction.
 pub const SAMPLES: usize = 32;
@@ -48,17 +48,18 @@ fn bucket_start(b: usize) -> f64 {
 pub fn densities(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
     let at = |v: &[f64], b: usize| v.get(b).copied().unwrap_or(0.0);
     let mut table = vec![0.0; BUCKETS];
-    // From the oldest bucket down: hits still to come, events still to come, and the time those
-    // events will still spend in the cache, all for a leaf now at age t(b).
-    let (mut hits_above, mut events_above, mut lifetime) = (0.0, 0.0, 0.0);
+    // From the oldest bucket down, for a leaf now at age t(b): hits still to come, events still
+    // to come, Σ events(x)·(t(x) − t(b)) over later buckets, and Σ events(x)·w(x)/2.
+    let (mut hits_above, mut events_above, mut lifetime, mut halves) = (0.0, 0.0, 0.0, 0.0);
     for b in (0..BUCKETS).rev() {
         let width = bucket_start(b + 1) - bucket_start(b);
-        if b + 1 < BUCKETS {
-            lifetime += events_above * width;
-        }
+        // Every event from bucket b + 1 on is one bucket width further from t(b) than from t(b+1).
+        lifetime += events_above * width;
+        let events = at(hits, b) + at(evictions, b);
         hits_above += at(hits, b);
-        events_above += at(hits, b) + at(evictions, b);
-        let time = lifetime + events_above * width / 2.0;
+        events_above += events;
+        halves += events * width / 2.0;
+        let time = lifetime + halves;
         table[b] = if time > 0.0 { hits_above / time } else { 0.0 };
     }
     table
@@ -82,8 +83,15 @@ mod tests {
         assert_eq!(bucket(60_000), 63);
         assert_eq!(bucket(u64::MAX), BUCKETS - 1);
         for b in 0..BUCKETS - 1 {
-            assert!(bucket_start(b) < bucket_start(b + 1));
-            assert_eq!(bucket(bucket_start(b).ceil() as u64).min(b), b, "bucket {b} starts where it says");
+            let (start, next) = (bucket_start(b), bucket_start(b + 1));
+            assert!(start < next);
+            // The first whole millisecond of the bucket, and the last one before the next, fall
+            // in it (buckets narrower than a millisecond hold no whole one).
+            let (first, last) = (start.ceil() as u64, next.ceil() as u64 - 1);
+            if (first as f64) < next {
+                assert_eq!(bucket(first), b, "bucket {b} starts at {start} ms");
+                assert_eq!(bucket(last), b, "bucket {b} ends before {next} ms");
+            }
         }
     }
 
