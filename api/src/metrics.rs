@@ -166,6 +166,13 @@ impl Metrics {
         OTHER_INSTANCES
     }
 
+    /// The instances that have series of their own (at most `max_instance_metric_labels`).
+    pub fn labelled_instances(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.labelled.read().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        all.sort_unstable();
+        all
+    }
+
     /// Drops the series of labelled instances for which `registered` is false (removed ones),
     /// making room under the cap.
     pub fn retain_instances(&self, registered: impl Fn(&str) -> bool) {

@@ -16,21 +16,69 @@
 //!
 //! Tair's `cache_reclaimer.block_del_count` counts evictions, which kvcm's workers do: it is the
 //! worker's `kvcm_worker_evictions_total` on its `/metrics`, not a frontend metric.
-//! Per-instance series are bounded like kvcm's own: at most `max_instance_metric_labels`
-//! instances are reported (the instance usage reads are one `HGETALL` each, concurrently).
+//!
+//! What a call costs: per-instance usage is reported for the instances kvcm's own series label
+//! (those this frontend has served, at most `max_instance_metric_labels`), read with at most
+//! [`USAGE_READS_IN_FLIGHT`] `HGETALL`s at a time; group ratios come from the frontend's usage
+//! cache (`usage_cache_ms`, shared with quota checks). The Valkey part is bounded by
+//! `valkey_timeout_ms`: past it, or for a group or instance whose read fails, the series is left
+//! out rather than reported wrong — `getMetrics` answers while Valkey is down, with kvcm's names.
+//! Rates cover the last completed window of at least [`RATE_WINDOW`] between two calls (the
+//! first window starts with the process): calls closer together than that repeat it.
 
 use crate::state::AppState;
+use futures::StreamExt;
 use kvcm_core::wire::admin::{MetricValue, MetricsData, MetricsTag};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Instance usage reads in flight at once.
+pub const USAGE_READS_IN_FLIGHT: usize = 16;
+/// The shortest window rates are computed over.
+pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 
 /// Requests and errors per route.
 type RouteCounts = HashMap<String, (u64, u64)>;
 
-/// The counts the previous `getMetrics` saw, and when.
+/// Where the current rate window started (its counts and when) and the last completed window's
+/// rates per route: (requests/s, errors/s).
 #[derive(Debug, Default)]
-pub struct RateState(Mutex<Option<(Instant, RouteCounts)>>);
+pub struct RateState(Mutex<Option<Window>>);
+
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    counts: RouteCounts,
+    rates: HashMap<String, (f64, f64)>,
+}
+
+impl RateState {
+    /// The rates of the last completed window, closing the current one first when it is at
+    /// least [`RATE_WINDOW`] long. `counts` must be read under the same lock as the window is
+    /// advanced, so that two concurrent calls cannot store counts older than their timestamp.
+    fn rates(&self, process_start: Instant, counts: impl FnOnce() -> RouteCounts) -> HashMap<String, (f64, f64)> {
+        let mut window = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (started, before) = match window.as_ref() {
+            Some(w) if now.duration_since(w.started) < RATE_WINDOW => return w.rates.clone(),
+            Some(w) => (w.started, Some(&w.counts)),
+            None => (process_start, None),
+        };
+        let counts = counts();
+        let seconds = now.duration_since(started).as_secs_f64().max(RATE_WINDOW.as_secs_f64());
+        let rates = counts
+            .iter()
+            .map(|(route, &(requests, errors))| {
+                let (r0, e0) = before.and_then(|b| b.get(route)).copied().unwrap_or((0, 0));
+                let per_s = |n: u64, n0: u64| n.saturating_sub(n0) as f64 / seconds;
+                (route.clone(), (per_s(requests, r0), per_s(errors, e0)))
+            })
+            .collect::<HashMap<_, _>>();
+        *window = Some(Window { started: now, counts, rates: rates.clone() });
+        rates
+    }
+}
 
 /// Tair's spelling of an RPC served at `route` (`/api/getCacheLocation` → `GetCacheLocation`).
 fn api_name(route: &str) -> Option<String> {
@@ -88,18 +136,8 @@ pub async fn tair_metrics(s: &AppState, rates: &RateState) -> Vec<MetricsData> {
         }
     }
 
-    let now = Instant::now();
-    let previous = {
-        let mut last = rates.0.lock().unwrap_or_else(|p| p.into_inner());
-        let counts = routes.iter().map(|(r, v)| (r.clone(), (v.0, v.1))).collect();
-        last.replace((now, counts))
-    };
-    let (since, before) = match &previous {
-        Some((at, counts)) => (now.duration_since(*at), Some(counts)),
-        None => (now.duration_since(s.started), None),
-    };
-    let seconds = since.as_secs_f64().max(1e-3);
-    for (route, (requests, errors, latency_sum, latency_count)) in &routes {
+    let per_second = rates.rates(s.started, || routes.iter().map(|(route, v)| (route.clone(), (v.0, v.1))).collect());
+    for (route, (requests, _, latency_sum, latency_count)) in &routes {
         let Some(name) = api_name(route) else { continue };
         let t = || tags(&[("api_name", &name)]);
         out.push(data("service.query_counter", MetricValue::IntValue(*requests as i64), t()));
@@ -107,10 +145,9 @@ pub async fn tair_metrics(s: &AppState, rates: &RateState) -> Vec<MetricsData> {
             let mean_us = latency_sum / *latency_count as f64 * 1e6;
             out.push(data("service.query_rt_us", MetricValue::FloatValue(mean_us), t()));
         }
-        let (r0, e0) = before.and_then(|b| b.get(route)).copied().unwrap_or((0, 0));
-        let qps = requests.saturating_sub(r0) as f64 / seconds;
+        let (qps, error_qps) = per_second.get(route).copied().unwrap_or((0.0, 0.0));
         out.push(data("service.qps", MetricValue::FloatValue(qps), t()));
-        out.push(data("service.error_qps", MetricValue::FloatValue(errors.saturating_sub(e0) as f64 / seconds), t()));
+        out.push(data("service.error_qps", MetricValue::FloatValue(error_qps), t()));
     }
     for (instance, (keys, match_sum, match_count)) in &instances {
         let t = || tags(&[("instance_id", instance)]);
@@ -129,31 +166,38 @@ pub async fn tair_metrics(s: &AppState, rates: &RateState) -> Vec<MetricsData> {
             tags(&[("storage_unique_name", name)]),
         ));
     }
-    let mut ids: Vec<(&str, &str)> =
-        snap.instances.values().map(|i| (i.instance_id.as_str(), i.instance_group_name.as_str())).collect();
-    ids.sort_unstable();
-    ids.truncate(s.config.max_instance_metric_labels);
-    let usages = futures::future::join_all(ids.iter().map(|(id, _)| s.data.instance_usage(id))).await;
-    let mut group_bytes: BTreeMap<&str, i64> = BTreeMap::new();
-    for ((id, group), usage) in ids.iter().zip(usages) {
-        let Ok(usage) = usage else { continue }; // Valkey unreachable: the series is left out
+    let bound = Duration::from_millis(s.config.valkey_timeout_ms);
+    let instances: Vec<(String, String)> = s
+        .metrics
+        .labelled_instances()
+        .into_iter()
+        .filter_map(|id| snap.instances.get(&id).map(|i| (id, i.instance_group_name.clone())))
+        .collect();
+    // The futures are made before they are streamed: a lazily mapped iterator would not be Send.
+    let reads: Vec<_> = instances.iter().map(|(id, _)| s.data.instance_usage(id)).collect();
+    let reads = futures::stream::iter(reads).buffered(USAGE_READS_IN_FLIGHT).collect::<Vec<_>>();
+    let usages = tokio::time::timeout(bound, reads).await.unwrap_or_default();
+    for ((id, group), usage) in instances.iter().zip(usages) {
+        let Ok(usage) = usage else { continue };
         let (bytes, blocks) = usage.values().fold((0, 0), |(b, n), (ub, un)| (b + ub, n + un));
-        *group_bytes.entry(group).or_default() += bytes;
         let t = || tags(&[("instance_group", group), ("instance_id", id)]);
         out.push(data("meta_indexer.total_key_count", MetricValue::IntValue(blocks), t()));
         out.push(data("cache_manager_instance.key_count", MetricValue::IntValue(blocks), t()));
         out.push(data("cache_manager_instance.byte_size", MetricValue::IntValue(bytes), t()));
     }
-    for (group, bytes) in group_bytes {
-        let Some(g) = snap.groups.get(group) else { continue };
-        if g.quota.capacity > 0 {
-            let ratio = bytes as f64 / g.quota.capacity as f64;
-            out.push(data(
-                "cache_manager_group.usage_ratio",
-                MetricValue::FloatValue(ratio),
-                tags(&[("instance_group", group)]),
-            ));
-        }
+    let groups: Vec<(&String, i64)> =
+        snap.groups.iter().filter(|(_, g)| g.quota.capacity > 0).map(|(n, g)| (n, g.quota.capacity)).collect();
+    let reads: Vec<_> = groups.iter().map(|(name, _)| s.data.group_usage(&snap, name)).collect();
+    let reads = futures::stream::iter(reads).buffered(USAGE_READS_IN_FLIGHT).collect::<Vec<_>>();
+    let usages = tokio::time::timeout(bound, reads).await.unwrap_or_default();
+    for ((group, capacity), usage) in groups.iter().zip(usages) {
+        let Ok(usage) = usage else { continue };
+        let ratio = usage.bytes as f64 / *capacity as f64;
+        out.push(data(
+            "cache_manager_group.usage_ratio",
+            MetricValue::FloatValue(ratio),
+            tags(&[("instance_group", group)]),
+        ));
     }
     out
 }

@@ -35,13 +35,7 @@ pub async fn get(
     Reply(
         async {
             let instance_group = s.registry.get_group(&req.name).await?;
-            let storages = s.registry.list_storages().await?;
-            let missing_storage_candidates = instance_group
-                .storage_candidates
-                .iter()
-                .filter(|c| !storages.iter().any(|st| &st.global_unique_name == *c))
-                .cloned()
-                .collect();
+            let missing_storage_candidates = s.registry.snapshot().missing_candidates(&instance_group);
             Ok(GetInstanceGroupResponse { instance_group, missing_storage_candidates })
         }
         .await,

@@ -2,8 +2,8 @@
 //! under the `{reg}` hash tag (DESIGN §3) and cached by every frontend.
 //!
 //! * **Writes** go through one Lua script per operation (`lua/registry_*.lua`), so checks and
-//!   changes are atomic across frontends: removing a storage a group uses, creating a group on
-//!   a missing storage, or registering past `max_instance_count` cannot race.
+//!   changes are atomic across frontends: removing a storage a group uses, or registering past
+//!   `max_instance_count`, cannot race. (A group may name storages not added yet, as in Tair.)
 //! * **Reads** on the request path use a [`Snapshot`] cached in process. Every change bumps a
 //!   version counter; [`Registry::refresh`] compares it (one GET) and reloads the whole snapshot
 //!   atomically (`registry_snapshot.lua`) when it moved. Frontends refresh on a short timer and
@@ -61,6 +61,11 @@ impl Snapshot {
             .get(group)
             .map(|g| g.storage_candidates.iter().filter_map(|n| self.storages.get(n)).collect())
             .unwrap_or_default()
+    }
+
+    /// The group's candidate storages that do not exist (yet), in candidate order.
+    pub fn missing_candidates(&self, group: &InstanceGroup) -> Vec<String> {
+        group.storage_candidates.iter().filter(|n| !self.storages.contains_key(*n)).cloned().collect()
     }
 
     /// Whether an admin credential (account or API key with ROLE_ADMIN) exists: then the admin
