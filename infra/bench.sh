@@ -99,6 +99,7 @@ bench memory --blocks "$blocks" --specs 1
 log "replay of $(basename "$trace") at 10% capacity, ${speedup}× speed-up, with a worker"
 ns="bench-replay-$(date +%s)"
 KVCM_VALKEY_URL="$url" KVCM_NAMESPACE="$ns" KVCM_META_PORT=$((port + 60)) KVCM_ADMIN_PORT=$((port + 61)) \
+  KVCM_GRPC_META_PORT=$((port + 63)) KVCM_GRPC_ADMIN_PORT=$((port + 64)) \
   KVCM_LOG_LEVEL=warn "$bin/kvcm-api" >"$out/api.out" 2>"$out/api.log" &
 pids+=($!)
 KVCM_VALKEY_URL="$url" KVCM_NAMESPACE="$ns" KVCM_WORKER__METRICS_PORT=$((port + 62)) \

@@ -136,7 +136,7 @@ fn node(config: &Config) -> Node {
             _ => format!("{host}:lambda"),
         }
     };
-    Node { id, host, meta_port: 0, admin_port: 0 }
+    Node { id, host, meta_port: 0, admin_port: 0, grpc_meta_port: 0, grpc_admin_port: 0 }
 }
 
 impl Function {

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod auth;
 pub mod event_log;
+pub mod grpc;
 pub mod health;
 pub mod lambda;
 pub mod meta;
@@ -49,9 +50,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub struct Server {
     pub meta_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Tair's gRPC services (`grpc = true`): MetaService's and AdminService's addresses.
+    pub grpc_addrs: Option<(SocketAddr, SocketAddr)>,
     pub state: AppState,
     meta: TcpListener,
     admin: TcpListener,
+    grpc: Option<(TcpListener, TcpListener)>,
     health: Arc<health::Health>,
 }
 
@@ -76,17 +80,35 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         .await
         .with_context(|| format!("cannot bind the admin plane to {}:{}", config.admin_bind(), config.admin_port))?;
     let (meta_addr, admin_addr) = (meta.local_addr()?, admin.local_addr()?);
+    let grpc = if config.grpc {
+        let bind = |addr: String, port: u16, what: &'static str| async move {
+            TcpListener::bind((addr.as_str(), port)).await.with_context(|| {
+                format!("cannot bind the {what} gRPC service to {addr}:{port} (set grpc = false to not serve gRPC)")
+            })
+        };
+        let meta = bind(config.bind.clone(), config.grpc_meta_port, "meta").await?;
+        let admin = bind(config.admin_bind().to_string(), config.grpc_admin_port, "admin").await?;
+        Some((meta, admin))
+    } else {
+        None
+    };
+    let grpc_addrs = match &grpc {
+        Some((m, a)) => Some((m.local_addr()?, a.local_addr()?)),
+        None => None,
+    };
     let host = hostname();
     let node = Node {
         id: if config.node_id.is_empty() { format!("{host}:{}", admin_addr.port()) } else { config.node_id.clone() },
         host,
         meta_port: meta_addr.port(),
         admin_port: admin_addr.port(),
+        grpc_meta_port: grpc_addrs.map_or(0, |(m, _)| m.port()),
+        grpc_admin_port: grpc_addrs.map_or(0, |(_, a)| a.port()),
     };
     let mut state = app_state(config, conn, registry, node)?;
     state.data = state.data.with_replica_ack(ack);
     let health = state.health.clone();
-    Ok(Server { meta_addr, admin_addr, state, meta, admin, health })
+    Ok(Server { meta_addr, admin_addr, grpc_addrs, state, meta, admin, grpc, health })
 }
 
 /// With `durability = "replica_ack"`, the connections acknowledged writes travel on (see
@@ -424,6 +446,16 @@ impl Server {
             valkey_timeout,
             rx.clone(),
         ));
+        let grpc = self.grpc.map(|(meta_listener, admin_listener)| {
+            let timeout = Duration::from_millis(config.request_timeout_ms);
+            let max = config.max_body_bytes;
+            let meta = grpc::MetaService(grpc::Plane::new(grpc::META_SERVICE, meta_router.clone(), max));
+            let admin = grpc::AdminService(grpc::Plane::new(grpc::ADMIN_SERVICE, admin_router.clone(), max));
+            [
+                tokio::spawn(grpc::serve(meta_listener, meta, timeout, wait(rx.clone()))),
+                tokio::spawn(grpc::serve(admin_listener, admin, timeout, wait(rx.clone()))),
+            ]
+        });
         let meta = tokio::spawn(transport::serve("meta", self.meta, meta_router, limits, wait(rx.clone())));
         let admin = tokio::spawn(transport::serve("admin", self.admin, admin_router, limits, wait(rx.clone())));
         shutdown.await;
@@ -431,6 +463,11 @@ impl Server {
         let _ = tx.send(true);
         meta.await?;
         admin.await?;
+        for served in grpc.into_iter().flatten() {
+            if let Err(e) = served.await? {
+                tracing::warn!(error = %e, "a gRPC service stopped with an error");
+            }
+        }
         refresher.abort();
         checker.abort();
         Ok(())

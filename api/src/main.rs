@@ -51,7 +51,13 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = kvcm_core::shutdown::signal();
     let server = kvcm_api::build(config).await.context("kvcm-api failed to start")?;
     // One machine-readable line on stdout: scripts and tests read the bound ports from it.
-    println!("kvcm-api listening meta=http://{} admin=http://{}", server.meta_addr, server.admin_addr);
+    match server.grpc_addrs {
+        Some((grpc_meta, grpc_admin)) => println!(
+            "kvcm-api listening meta=http://{} admin=http://{} grpc_meta=http://{grpc_meta} grpc_admin=http://{grpc_admin}",
+            server.meta_addr, server.admin_addr
+        ),
+        None => println!("kvcm-api listening meta=http://{} admin=http://{}", server.meta_addr, server.admin_addr),
+    }
     tracing::info!(meta = %server.meta_addr, admin = %server.admin_addr, "kvcm-api serving");
     server.run(shutdown).await
 }

@@ -43,4 +43,7 @@ pub struct Node {
     pub host: String,
     pub meta_port: u16,
     pub admin_port: u16,
+    /// Tair's gRPC services' ports (0: not served).
+    pub grpc_meta_port: u16,
+    pub grpc_admin_port: u16,
 }

@@ -134,6 +134,11 @@ pub struct Config {
     pub bind: String,
     pub meta_port: u16,
     pub admin_port: u16,
+    /// Serve Tair's gRPC services too (MetaService on `grpc_meta_port`, AdminService on
+    /// `grpc_admin_port`, on the same addresses as the HTTP planes).
+    pub grpc: bool,
+    pub grpc_meta_port: u16,
+    pub grpc_admin_port: u16,
     pub valkey_url: ValkeyUrl,
     pub valkey_username: String,
     pub valkey_password_file: String,
@@ -385,6 +390,19 @@ impl Config {
         }
         if self.meta_port != 0 && self.meta_port == self.admin_port {
             return bad("admin_port", "must differ from meta_port");
+        }
+        if self.grpc {
+            let ports = [
+                ("meta_port", self.meta_port),
+                ("admin_port", self.admin_port),
+                ("grpc_meta_port", self.grpc_meta_port),
+                ("grpc_admin_port", self.grpc_admin_port),
+            ];
+            for (i, (name, port)) in ports.iter().enumerate().skip(2) {
+                if let Some((other, _)) = ports[..i].iter().find(|(_, p)| *p != 0 && p == port) {
+                    return bad(name, &format!("must differ from {other}"));
+                }
+            }
         }
         if self.valkey_urls().is_empty() {
             return bad("valkey_url", "must name at least one redis:// or rediss:// seed node");

@@ -349,6 +349,7 @@ async fn serve(
     let mut config = valkey_config(valkey)?;
     config.meta_port = 0;
     config.admin_port = 0;
+    config.grpc = false; // benchmarks measure HTTP; several servers run at once
     config.namespace = ns.to_string();
     config.max_keys_per_request = max_keys.max(1);
     config.max_body_bytes = 64 << 20;

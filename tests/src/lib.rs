@@ -94,6 +94,9 @@ fn spawn_kvcm_at(
     cmd.env("KVCM_VALKEY_URL", valkey_url())
         .env("KVCM_NAMESPACE", namespace)
         .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
+        // Tair's gRPC ports are fixed by default; processes of concurrent tests pick free ones.
+        .env("KVCM_GRPC_META_PORT", "0")
+        .env("KVCM_GRPC_ADMIN_PORT", "0")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap());
     for (k, v) in defaults.iter().chain(env) {
@@ -121,9 +124,47 @@ pub struct Api {
     child: Child,
     pub meta: String,
     pub admin: String,
+    /// Tair's gRPC services: `http://host:port` of MetaService and AdminService.
+    pub grpc_meta: String,
+    pub grpc_admin: String,
     pub namespace: String,
     pub log: PathBuf,
     http: reqwest::Client,
+}
+
+/// One unary gRPC call of `service`/`method` at `url`, with the request message read from
+/// `body` (protobuf JSON) and the response written as protobuf JSON (proto field names, every
+/// field, 64-bit integers as strings): a client that shares only the protos with the server.
+pub async fn grpc_call(
+    url: &str,
+    service: &str,
+    method: &str,
+    body: Value,
+    auth: Option<&str>,
+) -> Result<Value, tonic::Status> {
+    use prost::Message;
+    let pool = kvcm_api::grpc::descriptors();
+    let desc = pool
+        .get_service_by_name(service)
+        .and_then(|s| s.methods().find(|m| m.name() == method))
+        .unwrap_or_else(|| panic!("{service} has no method {method} in proto/tair"));
+    let request = kvcm_api::grpc::from_json(desc.input(), body.to_string().as_bytes()).expect("a request message");
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+        .expect("a gRPC URL")
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut req = tonic::Request::new(bytes::Bytes::from(request.encode_to_vec()));
+    if let Some(a) = auth {
+        req.metadata_mut().insert("authorization", a.parse().expect("ASCII credentials"));
+    }
+    let path = format!("/{service}/{method}").parse().expect("a gRPC path");
+    let reply = client.unary(req, path, kvcm_api::grpc::BytesCodec).await?;
+    let message = prost_reflect::DynamicMessage::decode(desc.output(), reply.into_inner())
+        .map_err(|e| tonic::Status::internal(format!("the reply does not decode: {e}")))?;
+    Ok(serde_json::from_slice(&kvcm_api::grpc::to_json(&message).unwrap()).unwrap())
 }
 
 /// The outcome of starting a process that is expected to fail.
@@ -152,9 +193,16 @@ impl Api {
         let (mut child, line, log) =
             spawn_kvcm("kvcm-api", namespace, &[("KVCM_META_PORT", "0"), ("KVCM_ADMIN_PORT", "0")], env);
         match (field(&line, "meta"), field(&line, "admin")) {
-            (Some(meta), Some(admin)) => {
-                Ok(Api { child, meta, admin, namespace: namespace.to_string(), log, http: reqwest::Client::new() })
-            }
+            (Some(meta), Some(admin)) => Ok(Api {
+                child,
+                meta,
+                admin,
+                grpc_meta: field(&line, "grpc_meta").unwrap_or_default(),
+                grpc_admin: field(&line, "grpc_admin").unwrap_or_default(),
+                namespace: namespace.to_string(),
+                log,
+                http: reqwest::Client::new(),
+            }),
             _ => {
                 let _ = child.kill();
                 let status = child.wait().ok();
@@ -164,6 +212,17 @@ impl Api {
                 })
             }
         }
+    }
+
+    /// Calls `method` of MetaService over gRPC with the request given as kvcm's JSON; returns
+    /// the response as protobuf JSON, or the gRPC status.
+    pub async fn grpc_meta(&self, method: &str, body: Value, auth: Option<&str>) -> Result<Value, tonic::Status> {
+        grpc_call(&self.grpc_meta, kvcm_api::grpc::META_SERVICE, method, body, auth).await
+    }
+
+    /// Calls `method` of AdminService over gRPC (see [`Api::grpc_meta`]).
+    pub async fn grpc_admin(&self, method: &str, body: Value, auth: Option<&str>) -> Result<Value, tonic::Status> {
+        grpc_call(&self.grpc_admin, kvcm_api::grpc::ADMIN_SERVICE, method, body, auth).await
     }
 
     /// POSTs a JSON body to the admin plane; returns HTTP status and parsed body.

@@ -47,9 +47,9 @@ pub async fn cluster_info(
         leader_endpoint: NodeEndpoint {
             node_id: n.id.clone(),
             host: n.host.clone(),
-            meta_rpc_port: 0,
+            meta_rpc_port: n.grpc_meta_port as i32,
             meta_http_port: n.meta_port as i32,
-            admin_rpc_port: 0,
+            admin_rpc_port: n.grpc_admin_port as i32,
             admin_http_port: n.admin_port as i32,
             custom_info: String::new(),
         },

@@ -81,7 +81,7 @@ pub async fn cluster_info(
                 leader_endpoint: kvcm_core::wire::meta::MetaNodeEndpoint {
                     node_id: n.id.clone(),
                     host: n.host.clone(),
-                    meta_rpc_port: 0,
+                    meta_rpc_port: n.grpc_meta_port as i32,
                     meta_http_port: n.meta_port as i32,
                     custom_info: r#"{"leaderless":true,"note":"every kvcm-api frontend serves every request"}"#
                         .to_string(),

@@ -1,0 +1,283 @@
+//! Tair KVCM's gRPC services — `kv_cache_manager.proto.meta.MetaService` and
+//! `kv_cache_manager.proto.admin.AdminService`, wire-compatible (`proto/tair/*.proto`: Tair's
+//! packages, messages, field names and numbers) — served by the very routers that serve HTTP.
+//!
+//! One core, two transports: a gRPC call's protobuf message is turned into its protobuf JSON
+//! (field names as in the proto, 64-bit integers as strings, enums by name — exactly the JSON of
+//! `POST /api/<rpcName>`, which is how Tair's HTTP layer speaks too), sent through the plane's
+//! axum router in process (so authentication, scopes, bounds, metrics, the event log and errors
+//! are the HTTP ones, not a copy), and the JSON reply is read back into the RPC's response
+//! message. Nothing is generated per RPC: the protos are compiled at build time into a descriptor
+//! pool (`build.rs`, protox) and messages are [`DynamicMessage`]s.
+//!
+//! How outcomes map: a reply with a `header` (every kvcm reply, errors included) is returned as
+//! the response message with gRPC status OK, its `header.status` telling the outcome, as Tair's
+//! clients expect; HTTP 401 becomes `UNAUTHENTICATED`, 429 (login back-off) and 413 (body over
+//! `max_body_bytes`) `RESOURCE_EXHAUSTED`; a method kvcm does not serve is `UNIMPLEMENTED`; a
+//! message that does not decode is `INVALID_ARGUMENT`. The caller's `authorization` metadata is
+//! the HTTP header of the same name (`Bearer <api key>` or `Basic …`), its address the client
+//! address (login back-off). Messages are bounded by `max_body_bytes` both ways.
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use bytes::{Buf, BufMut, Bytes};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MethodDescriptor, SerializeOptions};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tower::ServiceExt;
+
+/// Tair's services as compiled from `proto/tair/` by `build.rs`.
+pub fn descriptors() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(&include_bytes!(concat!(env!("OUT_DIR"), "/tair_descriptor.bin"))[..])
+            .expect("the descriptor set build.rs wrote decodes")
+    })
+}
+
+/// The meta plane's service name.
+pub const META_SERVICE: &str = "kv_cache_manager.proto.meta.MetaService";
+/// The admin plane's service name.
+pub const ADMIN_SERVICE: &str = "kv_cache_manager.proto.admin.AdminService";
+
+/// Protobuf JSON as kvcm's HTTP planes write it: proto field names, every field (defaults too).
+pub fn json_options() -> SerializeOptions {
+    SerializeOptions::new().use_proto_field_name(true).skip_default_fields(false)
+}
+
+/// Reads kvcm's JSON into a message, ignoring kvcm's extension fields the proto does not have.
+pub fn from_json(desc: prost_reflect::MessageDescriptor, json: &[u8]) -> Result<DynamicMessage, String> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    DynamicMessage::deserialize_with_options(desc, &mut de, &DeserializeOptions::new().deny_unknown_fields(false))
+        .map_err(|e| e.to_string())
+}
+
+/// A message as the JSON kvcm's HTTP planes take.
+pub fn to_json(message: &DynamicMessage) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    message
+        .serialize_with_options(&mut serde_json::Serializer::new(&mut out), &json_options())
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Messages travel as their encoded bytes; [`DynamicMessage`] needs its descriptor to decode,
+/// which the codec does not know.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BytesCodec;
+
+impl Codec for BytesCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = BytesCodec;
+    type Decoder = BytesCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        BytesCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        BytesCodec
+    }
+}
+
+impl Encoder for BytesCodec {
+    type Item = Bytes;
+    type Error = Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for BytesCodec {
+    type Item = Bytes;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// One plane's gRPC service in front of its HTTP router.
+#[derive(Clone)]
+pub struct Plane {
+    service: &'static str,
+    router: Router,
+    max_message: usize,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl Plane {
+    pub fn new(service: &'static str, router: Router, max_message: usize) -> Plane {
+        Plane { service, router, max_message }
+    }
+
+    async fn handle(self, req: axum::http::Request<tonic::body::Body>) -> axum::http::Response<tonic::body::Body> {
+        let name = req.uri().path().rsplit('/').next().unwrap_or_default().to_string();
+        let method =
+            descriptors().get_service_by_name(self.service).and_then(|s| s.methods().find(|m| m.name() == name));
+        let Some(method) = method else {
+            return Status::unimplemented(format!("{} has no method {name} in kvcm", self.service)).into_http();
+        };
+        let max = self.max_message;
+        let mut grpc = tonic::server::Grpc::new(BytesCodec).apply_max_message_size_config(Some(max), Some(usize::MAX));
+        grpc.unary(Unary { plane: self, method }, req).await
+    }
+}
+
+struct Unary {
+    plane: Plane,
+    method: MethodDescriptor,
+}
+
+impl tonic::server::UnaryService<Bytes> for Unary {
+    type Response = Bytes;
+    type Future = BoxFuture<Result<tonic::Response<Bytes>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let (router, method) = (self.plane.router.clone(), self.method.clone());
+        Box::pin(async move { call(router, method, request).await })
+    }
+}
+
+/// The RPC's HTTP route: `/api/` and its name with a lowercase first letter.
+fn route(method: &MethodDescriptor) -> String {
+    let name = method.name();
+    let mut chars = name.chars();
+    let first = chars.next().map(|c| c.to_ascii_lowercase().to_string()).unwrap_or_default();
+    format!("/api/{first}{}", chars.as_str())
+}
+
+/// The `header.status.message` of a kvcm reply, or the body as text.
+fn reply_message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["header"]["status"]["message"].as_str().map(String::from))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}
+
+async fn call(
+    router: Router,
+    method: MethodDescriptor,
+    request: tonic::Request<Bytes>,
+) -> Result<tonic::Response<Bytes>, Status> {
+    let auth = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(String::from);
+    let peer = request.remote_addr();
+    let input = DynamicMessage::decode(method.input(), request.into_inner())
+        .map_err(|e| Status::invalid_argument(format!("{} does not decode: {e}", method.input().full_name())))?;
+    let json = to_json(&input).map_err(Status::internal)?;
+    let mut http_request = axum::http::Request::post(route(&method)).header("content-type", "application/json");
+    if let Some(auth) = auth {
+        http_request = http_request.header("authorization", auth);
+    }
+    let mut http_request =
+        http_request.body(axum::body::Body::from(json)).map_err(|e| Status::internal(e.to_string()))?;
+    if let Some(peer) = peer {
+        http_request.extensions_mut().insert(ConnectInfo(peer));
+    }
+    let response = router.oneshot(http_request).await.unwrap_or_else(|never: Infallible| match never {});
+    let status = response.status();
+    let body =
+        axum::body::to_bytes(response.into_body(), usize::MAX).await.map_err(|e| Status::internal(e.to_string()))?;
+    match status.as_u16() {
+        401 => return Err(Status::unauthenticated(reply_message(&body))),
+        413 | 429 => return Err(Status::resource_exhausted(reply_message(&body))),
+        _ => {}
+    }
+    let output = from_json(method.output(), &body).map_err(|e| {
+        Status::internal(format!("kvcm's reply (HTTP {status}) is not a {}: {e}", method.output().full_name()))
+    })?;
+    Ok(tonic::Response::new(Bytes::from(output.encode_to_vec())))
+}
+
+macro_rules! named_plane {
+    ($name:ident, $service:expr) => {
+        /// A plane's gRPC service under its Tair name.
+        #[derive(Clone)]
+        pub struct $name(pub Plane);
+
+        impl tonic::server::NamedService for $name {
+            const NAME: &'static str = $service;
+        }
+
+        impl tower::Service<axum::http::Request<tonic::body::Body>> for $name {
+            type Response = axum::http::Response<tonic::body::Body>;
+            type Error = Infallible;
+            type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, req: axum::http::Request<tonic::body::Body>) -> Self::Future {
+                let plane = self.0.clone();
+                Box::pin(async move { Ok(plane.handle(req).await) })
+            }
+        }
+    };
+}
+
+named_plane!(MetaService, META_SERVICE);
+named_plane!(AdminService, ADMIN_SERVICE);
+
+/// Serves one plane's gRPC service on `listener` until `shutdown`, each call bounded by
+/// `request_timeout` (as HTTP requests are).
+pub async fn serve<S>(
+    listener: tokio::net::TcpListener,
+    service: S,
+    request_timeout: std::time::Duration,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()>
+where
+    S: tower::Service<
+            axum::http::Request<tonic::body::Body>,
+            Response = axum::http::Response<tonic::body::Body>,
+            Error = Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    tonic::transport::Server::builder()
+        .timeout(request_timeout)
+        .add_service(service)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rpc_of_both_services_has_its_http_route() {
+        let meta = descriptors().get_service_by_name(META_SERVICE).unwrap();
+        let routes: Vec<String> = meta.methods().map(|m| route(&m)).collect();
+        assert!(routes.contains(&"/api/getCacheLocationLen".to_string()), "{routes:?}");
+        assert_eq!(meta.methods().count(), 10);
+        let admin = descriptors().get_service_by_name(ADMIN_SERVICE).unwrap();
+        assert!(admin.methods().any(|m| route(&m) == "/api/addStorage"));
+    }
+
+    #[test]
+    fn int64_fields_travel_as_strings_and_enums_by_name() {
+        let desc = descriptors().get_message_by_name("kv_cache_manager.proto.meta.GetCacheLocationRequest").unwrap();
+        let msg = from_json(
+            desc,
+            br#"{"instance_id":"i","query_type":"QT_PREFIX_MATCH","block_keys":["1",2],"kvcm_extra":1}"#,
+        )
+        .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&to_json(&msg).unwrap()).unwrap();
+        assert_eq!(json["block_keys"], serde_json::json!(["1", "2"]));
+        assert_eq!(json["query_type"], "QT_PREFIX_MATCH");
+        assert_eq!(json["sw_size"], 0, "defaults are written, as kvcm's HTTP replies do");
+    }
+}

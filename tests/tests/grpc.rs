@@ -1,0 +1,198 @@
+//! Tair's gRPC services (`proto/tair/`) against a real kvcm-api, with a client that shares only
+//! the protos with the server: every meta RPC over gRPC, and the conformance of the two
+//! transports — the same request gives the same answer over HTTP and over gRPC, and the JSON of
+//! an HTTP reply equals the protobuf JSON of the gRPC message (kvcm's extension fields aside,
+//! which the protos do not have).
+
+use kvcm_tests::*;
+use serde_json::{Value, json};
+
+/// An HTTP reply as the proto sees it: read into the RPC's response message and written back
+/// as protobuf JSON (drops kvcm's extension fields, fills nothing else in: every kvcm reply
+/// already carries every field). `request_id` differs per request and is blanked in both.
+fn as_proto(service: &str, method: &str, reply: Value) -> Value {
+    let desc = kvcm_api::grpc::descriptors()
+        .get_service_by_name(service)
+        .and_then(|s| s.methods().find(|m| m.name() == method))
+        .unwrap();
+    let reply = blank_request_id(reply);
+    let message = kvcm_api::grpc::from_json(desc.output(), reply.to_string().as_bytes()).unwrap();
+    serde_json::from_slice(&kvcm_api::grpc::to_json(&message).unwrap()).unwrap()
+}
+
+/// Blanks what differs between two requests by nature: the request id, and the clock in
+/// `CheckHealth`.
+fn blank_request_id(mut reply: Value) -> Value {
+    reply["header"]["request_id"] = json!("");
+    if let Some(t) = reply.get_mut("elector_last_loop_time_ms") {
+        *t = json!("0");
+    }
+    reply
+}
+
+fn lower_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
+}
+
+/// Sends the same read-only request over both transports and asserts the same answer.
+async fn same_over_both(api: &Api, service: &str, method: &str, body: Value) -> Value {
+    let (base, grpc) = if service == kvcm_api::grpc::META_SERVICE {
+        (api.meta.clone(), api.grpc_meta(method, body.clone(), None).await)
+    } else {
+        (api.admin.clone(), api.grpc_admin(method, body.clone(), None).await)
+    };
+    let grpc = blank_request_id(grpc.unwrap_or_else(|s| panic!("{method} over gRPC: {s}")));
+    let (_, http) = api.post(&base, &lower_first(method), body.to_string(), None).await;
+    assert_eq!(grpc, as_proto(service, method, http.clone()), "{method}: gRPC and HTTP differ (HTTP said {http})");
+    grpc
+}
+
+fn code(reply: &Value) -> &str {
+    reply["header"]["status"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn every_meta_rpc_works_over_grpc_and_agrees_with_http() {
+    let api = Api::start();
+    assert!(api.grpc_meta.starts_with("http://"), "kvcm-api printed no gRPC address");
+    let root = repo_root().join(".kvcm/test-data").join(unique("grpc"));
+    std::fs::create_dir_all(&root).unwrap();
+    let storage =
+        json!({"storage": {"global_unique_name": "files", "nfs": {"root_path": root, "key_count_per_file": 1}}});
+    // Admin RPCs over gRPC too.
+    let added = api.grpc_admin("AddStorage", storage, None).await.unwrap();
+    assert_eq!(code(&added), "OK", "{added}");
+    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["files"], "version": "1",
+        "quota": {"capacity": "1000000"}}});
+    assert_eq!(code(&api.grpc_admin("CreateInstanceGroup", group, None).await.unwrap()), "OK");
+
+    let meta = kvcm_api::grpc::META_SERVICE;
+    let registration = json!({"instance_group": "g", "instance_id": "gi", "block_size": 4,
+        "location_spec_infos": [{"name": "tp0", "size": "64"}], "model_deployment": {"model_name": "m", "dtype": "bf16"}});
+    let r = api.grpc_meta("RegisterInstance", registration, None).await.unwrap();
+    assert_eq!(code(&r), "OK", "{r}");
+    assert!(r["storage_configs"].as_str().unwrap().contains("files"), "{r}");
+    let info = same_over_both(&api, meta, "GetInstanceInfo", json!({"instance_id": "gi"})).await;
+    assert_eq!(info["instance_info"]["block_size"], 4);
+
+    let started = api
+        .grpc_meta("StartWriteCache", json!({"instance_id": "gi", "block_keys": ["1", "2", "3"]}), None)
+        .await
+        .unwrap();
+    assert_eq!(code(&started), "OK", "{started}");
+    assert_eq!(started["locations"].as_array().unwrap().len(), 3);
+    let finish =
+        json!({"instance_id": "gi", "write_session_id": started["write_session_id"], "success_blocks": {"offset": 3}});
+    assert_eq!(code(&api.grpc_meta("FinishWriteCache", finish, None).await.unwrap()), "OK");
+
+    let read = json!({"instance_id": "gi", "query_type": "QT_PREFIX_MATCH", "block_keys": ["1", "2", "3", "4"]});
+    let found = same_over_both(&api, meta, "GetCacheLocation", read.clone()).await;
+    let uris: Vec<&str> = found["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["location_specs"][0]["uri"].as_str().unwrap())
+        .collect();
+    let written: Vec<&str> = started["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["location_specs"][0]["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, written, "the read finds the blocks at the URIs the write was given");
+    let batch = json!({"instance_id": "gi", "query_type": "QT_BATCH_GET", "block_keys": ["1", "9"]});
+    same_over_both(&api, meta, "GetCacheLocation", batch).await;
+    let len = same_over_both(&api, meta, "GetCacheLocationLen", read).await;
+    assert_eq!(len["cache_location_len"], "3");
+    let metas =
+        same_over_both(&api, meta, "GetCacheMeta", json!({"instance_id": "gi", "block_keys": ["1", "2"]})).await;
+    assert_eq!(metas["metas"].as_array().unwrap().len(), 2);
+    let cluster = same_over_both(&api, meta, "GetClusterInfo", json!({"instance_id": "gi"})).await;
+    assert_eq!(cluster["leader_endpoint"]["meta_rpc_port"].to_string(), api.grpc_meta.rsplit(':').next().unwrap());
+    // Errors travel in the header, as Tair's clients read them; the same over both transports.
+    let unknown = same_over_both(
+        &api,
+        meta,
+        "GetCacheLocation",
+        json!({"instance_id": "nobody", "query_type": "QT_PREFIX_MATCH", "block_keys": ["1"]}),
+    )
+    .await;
+    assert_eq!(code(&unknown), "INSTANCE_NOT_EXIST", "{unknown}");
+    let bad = same_over_both(&api, meta, "GetCacheLocation", json!({"instance_id": "gi", "block_keys": ["1"]})).await;
+    assert_eq!(code(&bad), "INVALID_ARGUMENT", "{bad}");
+
+    let removed = api.grpc_meta("RemoveCache", json!({"instance_id": "gi", "block_keys": ["3"]}), None).await.unwrap();
+    assert_eq!(code(&removed), "OK", "{removed}");
+    let after = api
+        .grpc_meta(
+            "GetCacheLocationLen",
+            json!({"instance_id": "gi", "query_type": "QT_PREFIX_MATCH", "block_keys": ["1", "2", "3"]}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(after["cache_location_len"], "2", "{after}");
+    let trimmed = api
+        .grpc_meta("TrimCache", json!({"instance_id": "gi", "strategy": "TS_REMOVE_ALL_CACHE"}), None)
+        .await
+        .unwrap();
+    assert_eq!(code(&trimmed), "OK", "{trimmed}");
+
+    // An empty request is refused in the header, as over HTTP.
+    let err = kvcm_tests::grpc_call(
+        &api.grpc_meta,
+        "kv_cache_manager.proto.meta.MetaService",
+        "GetCacheLocation",
+        json!({}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code(&err), "INVALID_ARGUMENT", "an empty request is refused in the header: {err}");
+}
+
+#[tokio::test]
+async fn admin_reads_agree_over_both_transports() {
+    let api = Api::start();
+    let admin = kvcm_api::grpc::ADMIN_SERVICE;
+    let root = repo_root().join(".kvcm/test-data").join(unique("grpc-admin"));
+    std::fs::create_dir_all(&root).unwrap();
+    let storage = json!({"storage": {"global_unique_name": "s1", "nfs": {"root_path": root, "key_count_per_file": 1}}});
+    assert_eq!(code(&api.grpc_admin("AddStorage", storage, None).await.unwrap()), "OK");
+    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["s1"], "version": "1",
+        "cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU", "trigger_strategy": {"used_percentage": 0.8}}}}});
+    assert_eq!(code(&api.grpc_admin("CreateInstanceGroup", group, None).await.unwrap()), "OK");
+    let listed = same_over_both(&api, admin, "ListStorage", json!({})).await;
+    assert_eq!(listed["storage"][0]["nfs"]["key_count_per_file"], 1, "{listed}");
+    let g = same_over_both(&api, admin, "GetInstanceGroup", json!({"name": "g"})).await;
+    assert_eq!(g["instance_group"]["cache_config"]["reclaim_strategy"]["reclaim_policy"], "POLICY_LFU");
+    same_over_both(&api, admin, "ListInstanceGroup", json!({})).await;
+    same_over_both(&api, admin, "ListInstanceInfo", json!({"instance_group_name": "g"})).await;
+    same_over_both(&api, admin, "CheckHealth", json!({})).await;
+    same_over_both(&api, admin, "GetManagerClusterInfo", json!({})).await;
+    let demote = same_over_both(&api, admin, "LeaderDemote", json!({})).await;
+    assert_eq!(code(&demote), "UNSUPPORTED");
+    let metrics = api.grpc_admin("GetMetrics", json!({}), None).await.unwrap();
+    assert!(metrics["metrics"].as_array().unwrap().iter().any(|m| m["metric_name"] == "service.query_counter"));
+}
+
+#[tokio::test]
+async fn grpc_calls_pass_the_same_authentication_as_http() {
+    let api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_META_AUTH", "true"),
+            ("KVCM_BOOTSTRAP_ADMIN_USER", "root"),
+            ("KVCM_BOOTSTRAP_ADMIN_PASSWORD", "root-pass-1"),
+        ],
+    );
+    let body = json!({"instance_id": "nobody"});
+    let denied = api.grpc_meta("GetInstanceInfo", body.clone(), None).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::Unauthenticated, "{denied:?}");
+    let wrong = api.grpc_meta("GetInstanceInfo", body.clone(), Some("Basic cm9vdDp3cm9uZy1wYXNz")).await.unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::Unauthenticated, "{wrong:?}");
+    // root:root-pass-1
+    let ok = api.grpc_meta("GetInstanceInfo", body, Some("Basic cm9vdDpyb290LXBhc3MtMQ==")).await.unwrap();
+    assert_eq!(code(&ok), "INSTANCE_NOT_EXIST", "authenticated, then the usual answer: {ok}");
+}
