@@ -225,12 +225,76 @@ macro_rules! named_plane {
 named_plane!(MetaService, META_SERVICE);
 named_plane!(AdminService, ADMIN_SERVICE);
 
-/// Serves one plane's gRPC service on `listener` until `shutdown`, each call bounded by
-/// `request_timeout` (as HTTP requests are).
+/// A gRPC connection holding one of its listener's connection permits until it closes.
+pub struct Limited {
+    stream: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Limited {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Limited {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Limited {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// Connections accepted while fewer than `max_connections` are open (a permit is taken before
+/// `accept`, as the HTTP listeners do); accept errors (e.g. out of file descriptors) back off.
+fn limited(
+    listener: tokio::net::TcpListener,
+    max_connections: usize,
+) -> impl futures::Stream<Item = std::io::Result<Limited>> {
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
+    futures::stream::unfold((listener, permits), |(listener, permits)| async move {
+        let permit = permits.clone().acquire_owned().await.ok()?;
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Some((Ok(Limited { stream, _permit: permit }), (listener, permits)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "gRPC accept failed; retrying in 100 ms");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Most concurrent calls on one HTTP/2 connection.
+const STREAMS_PER_CONNECTION: u32 = 256;
+
+/// Serves one plane's gRPC service on `listener` until `shutdown`: at most `max_connections`
+/// connections at once (as the HTTP planes), [`STREAMS_PER_CONNECTION`] calls on each, every
+/// call bounded by `request_timeout`.
 pub async fn serve<S>(
     listener: tokio::net::TcpListener,
     service: S,
     request_timeout: std::time::Duration,
+    max_connections: usize,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()>
 where
@@ -247,8 +311,10 @@ where
 {
     tonic::transport::Server::builder()
         .timeout(request_timeout)
+        .max_concurrent_streams(STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .add_service(service)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(limited(listener, max_connections), shutdown)
         .await?;
     Ok(())
 }

@@ -452,8 +452,8 @@ impl Server {
             let meta = grpc::MetaService(grpc::Plane::new(grpc::META_SERVICE, meta_router.clone(), max));
             let admin = grpc::AdminService(grpc::Plane::new(grpc::ADMIN_SERVICE, admin_router.clone(), max));
             [
-                tokio::spawn(grpc::serve(meta_listener, meta, timeout, wait(rx.clone()))),
-                tokio::spawn(grpc::serve(admin_listener, admin, timeout, wait(rx.clone()))),
+                tokio::spawn(grpc::serve(meta_listener, meta, timeout, config.max_connections, wait(rx.clone()))),
+                tokio::spawn(grpc::serve(admin_listener, admin, timeout, config.max_connections, wait(rx.clone()))),
             ]
         });
         let meta = tokio::spawn(transport::serve("meta", self.meta, meta_router, limits, wait(rx.clone())));

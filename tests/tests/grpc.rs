@@ -196,3 +196,40 @@ async fn grpc_calls_pass_the_same_authentication_as_http() {
     let ok = api.grpc_meta("GetInstanceInfo", body, Some("Basic cm9vdDpyb290LXBhc3MtMQ==")).await.unwrap();
     assert_eq!(code(&ok), "INSTANCE_NOT_EXIST", "authenticated, then the usual answer: {ok}");
 }
+
+/// gRPC connections count against `max_connections` as HTTP ones do: past the cap, a new
+/// connection waits (its handshake is not answered) until one closes.
+#[tokio::test]
+async fn grpc_connections_are_capped_like_http_ones() {
+    let api = Api::start_with(&unique("ns"), &[("KVCM_MAX_CONNECTIONS", "2")]);
+    let connect = || async {
+        let channel = tonic::transport::Endpoint::from_shared(api.grpc_meta.clone())
+            .unwrap()
+            .connect_timeout(std::time::Duration::from_secs(1))
+            .timeout(std::time::Duration::from_secs(1))
+            .connect()
+            .await?;
+        let mut client = tonic::client::Grpc::new(channel.clone());
+        // One call, so that the connection is really up (HTTP/2 handshake and a reply).
+        let request = tonic::Request::new(bytes::Bytes::new());
+        let path = format!("/{}/GetClusterInfo", kvcm_api::grpc::META_SERVICE).parse().unwrap();
+        client.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        client
+            .unary(request, path, kvcm_api::grpc::BytesCodec)
+            .await
+            .map_err(|s| Box::new(s) as Box<dyn std::error::Error + Send + Sync>)?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(channel)
+    };
+    let first = connect().await.expect("first connection");
+    let _second = connect().await.expect("second connection");
+    assert!(connect().await.is_err(), "a third connection was served past max_connections = 2");
+    drop(first);
+    // The freed permit lets the next connection through (the server notices the close quickly).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if connect().await.is_ok() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "a closed connection never freed its permit");
+    }
+}
