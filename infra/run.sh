@@ -6,7 +6,8 @@
 # .kvcm/data/local_file/ and an instance group `default`, prints the URLs and serves in the
 # foreground. Ctrl-C / SIGTERM stops every process and the cluster.
 #
-# Overrides: KVCM_META_PORT (6382), KVCM_ADMIN_PORT (6492), KVCM_VALKEY_URL (use an existing
+# Overrides: KVCM_META_PORT (6382), KVCM_ADMIN_PORT (6492), KVCM_GRPC_META_PORT (6381),
+# KVCM_GRPC_ADMIN_PORT (6491), KVCM_GRPC (true), KVCM_VALKEY_URL (use an existing
 # cluster instead of starting one), KVCM_VALKEY_BASE_PORT, KVCM_VALKEY_REPLICAS (replicas per
 # primary, e.g. 2 to try failovers with KVCM_DURABILITY=replica_ack), any other KVCM_* config key.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -75,6 +76,7 @@ log "kvcm-api pid ${pids[-1]}; Valkey at $KVCM_VALKEY_URL; data under $data"
 pids+=($!)
 log "kvcm-worker pid ${pids[-1]}; metrics on http://127.0.0.1:${KVCM_WORKER__METRICS_PORT:-6592}/metrics"
 log "meta plane:  http://127.0.0.1:${KVCM_META_PORT:-6382}   admin plane: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}   metrics: http://127.0.0.1:${KVCM_ADMIN_PORT:-6492}/metrics"
+log "gRPC (Tair's services): MetaService 127.0.0.1:${KVCM_GRPC_META_PORT:-6381}   AdminService 127.0.0.1:${KVCM_GRPC_ADMIN_PORT:-6491}"
 printf '%s\n' "${pids[@]}" >"$pidfile"
 log "press Ctrl-C to stop"
 # Serve until any process exits or we are signalled.

@@ -14,9 +14,19 @@
 //! the response message with gRPC status OK, its `header.status` telling the outcome, as Tair's
 //! clients expect; HTTP 401 becomes `UNAUTHENTICATED`, 429 (login back-off) and 413 (body over
 //! `max_body_bytes`) `RESOURCE_EXHAUSTED`; a method kvcm does not serve is `UNIMPLEMENTED`; a
-//! message that does not decode is `INVALID_ARGUMENT`. The caller's `authorization` metadata is
-//! the HTTP header of the same name (`Bearer <api key>` or `Basic …`), its address the client
-//! address (login back-off). Messages are bounded by `max_body_bytes` both ways.
+//! message that does not decode is `INVALID_ARGUMENT`; HTTP 503 (`SERVICE_NOT_READY`: a
+//! failover, a stale registry, the body budget) is `UNAVAILABLE`, which gRPC clients retry. The
+//! caller's `authorization` metadata is the HTTP header of the same name (`Bearer <api key>` or
+//! `Basic …`), its address the client address (login back-off). Fields a client sends that kvcm's
+//! protos do not declare are ignored, as unknown JSON fields are over HTTP.
+//!
+//! What a call may cost: a request message is at most `max_body_bytes / 4` (its protobuf JSON,
+//! where a one-byte varint becomes a quoted number, stays within the `max_body_bytes` the HTTP
+//! plane then enforces), and decoding and converting it holds [`EXPANSION`] times its size of
+//! the frontend's in-flight body budget (`max_inflight_body_bytes`, shared with HTTP) — past the
+//! budget a call waits a second, then answers `UNAVAILABLE`. The JSON is written into a buffer
+//! that stops at `max_body_bytes`. Replies are as large as the HTTP reply, which the plane
+//! bounds (`max_response_*`).
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -60,11 +70,32 @@ pub fn from_json(desc: prost_reflect::MessageDescriptor, json: &[u8]) -> Result<
 
 /// A message as the JSON kvcm's HTTP planes take.
 pub fn to_json(message: &DynamicMessage) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
+    to_json_within(message, usize::MAX)
+}
+
+/// [`to_json`], failing as soon as the JSON passes `limit` bytes (nothing larger is allocated).
+pub fn to_json_within(message: &DynamicMessage, limit: usize) -> Result<Vec<u8>, String> {
+    struct Bounded {
+        out: Vec<u8>,
+        limit: usize,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.out.len() + buf.len() > self.limit {
+                return Err(std::io::Error::other("the request's JSON is larger than max_body_bytes"));
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded { out: Vec::new(), limit };
     message
         .serialize_with_options(&mut serde_json::Serializer::new(&mut out), &json_options())
         .map_err(|e| e.to_string())?;
-    Ok(out)
+    Ok(out.out)
 }
 
 /// Messages travel as their encoded bytes; [`DynamicMessage`] needs its descriptor to decode,
@@ -102,19 +133,31 @@ impl Decoder for BytesCodec {
     }
 }
 
+/// Bytes of memory a request message may take while it is decoded and written as JSON, per
+/// byte of its encoding (a one-byte varint becomes a decoded value of ~32 bytes).
+pub const EXPANSION: usize = 40;
+
 /// One plane's gRPC service in front of its HTTP router.
 #[derive(Clone)]
 pub struct Plane {
     service: &'static str,
     router: Router,
-    max_message: usize,
+    /// `max_body_bytes`: the JSON of a request may not exceed it.
+    max_body: usize,
+    /// The frontend's in-flight body budget, in KiB (shared with HTTP).
+    bodies: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl Plane {
-    pub fn new(service: &'static str, router: Router, max_message: usize) -> Plane {
-        Plane { service, router, max_message }
+    pub fn new(
+        service: &'static str,
+        router: Router,
+        max_body: usize,
+        bodies: std::sync::Arc<tokio::sync::Semaphore>,
+    ) -> Plane {
+        Plane { service, router, max_body, bodies }
     }
 
     async fn handle(self, req: axum::http::Request<tonic::body::Body>) -> axum::http::Response<tonic::body::Body> {
@@ -124,8 +167,9 @@ impl Plane {
         let Some(method) = method else {
             return Status::unimplemented(format!("{} has no method {name} in kvcm", self.service)).into_http();
         };
-        let max = self.max_message;
-        let mut grpc = tonic::server::Grpc::new(BytesCodec).apply_max_message_size_config(Some(max), Some(usize::MAX));
+        let max_message = (self.max_body / 4).max(1024);
+        let mut grpc =
+            tonic::server::Grpc::new(BytesCodec).apply_max_message_size_config(Some(max_message), Some(usize::MAX));
         grpc.unary(Unary { plane: self, method }, req).await
     }
 }
@@ -140,8 +184,8 @@ impl tonic::server::UnaryService<Bytes> for Unary {
     type Future = BoxFuture<Result<tonic::Response<Bytes>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let (router, method) = (self.plane.router.clone(), self.method.clone());
-        Box::pin(async move { call(router, method, request).await })
+        let (plane, method) = (self.plane.clone(), self.method.clone());
+        Box::pin(async move { call(plane, method, request).await })
     }
 }
 
@@ -162,16 +206,28 @@ fn reply_message(body: &[u8]) -> String {
 }
 
 async fn call(
-    router: Router,
+    plane: Plane,
     method: MethodDescriptor,
     request: tonic::Request<Bytes>,
 ) -> Result<tonic::Response<Bytes>, Status> {
     let auth = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(String::from);
     let peer = request.remote_addr();
-    let input = DynamicMessage::decode(method.input(), request.into_inner())
-        .map_err(|e| Status::invalid_argument(format!("{} does not decode: {e}", method.input().full_name())))?;
-    let json = to_json(&input).map_err(Status::internal)?;
-    let mut http_request = axum::http::Request::post(route(&method)).header("content-type", "application/json");
+    let encoded = request.into_inner();
+    // Decoding and converting hold a share of the in-flight budget for the memory they take.
+    let kib = u32::try_from((encoded.len().max(1) * EXPANSION).div_ceil(1024)).unwrap_or(u32::MAX);
+    let share = tokio::time::timeout(std::time::Duration::from_secs(1), plane.bodies.acquire_many(kib)).await;
+    let Ok(Ok(share)) = share else {
+        return Err(Status::unavailable("too many requests in flight on this frontend; retry"));
+    };
+    let json = {
+        let input = DynamicMessage::decode(method.input(), encoded)
+            .map_err(|e| Status::invalid_argument(format!("{} does not decode: {e}", method.input().full_name())))?;
+        to_json_within(&input, plane.max_body).map_err(Status::resource_exhausted)?
+    };
+    drop(share);
+    let mut http_request = axum::http::Request::post(route(&method))
+        .header("content-type", "application/json")
+        .header("content-length", json.len());
     if let Some(auth) = auth {
         http_request = http_request.header("authorization", auth);
     }
@@ -180,13 +236,16 @@ async fn call(
     if let Some(peer) = peer {
         http_request.extensions_mut().insert(ConnectInfo(peer));
     }
-    let response = router.oneshot(http_request).await.unwrap_or_else(|never: Infallible| match never {});
+    let response = plane.router.oneshot(http_request).await.unwrap_or_else(|never: Infallible| match never {});
     let status = response.status();
+    // The plane bounds its replies (max_response_*); this only collects what it wrote.
     let body =
         axum::body::to_bytes(response.into_body(), usize::MAX).await.map_err(|e| Status::internal(e.to_string()))?;
     match status.as_u16() {
         401 => return Err(Status::unauthenticated(reply_message(&body))),
         413 | 429 => return Err(Status::resource_exhausted(reply_message(&body))),
+        503 => return Err(Status::unavailable(reply_message(&body))),
+        408 => return Err(Status::deadline_exceeded(reply_message(&body))),
         _ => {}
     }
     let output = from_json(method.output(), &body).map_err(|e| {
@@ -225,10 +284,13 @@ macro_rules! named_plane {
 named_plane!(MetaService, META_SERVICE);
 named_plane!(AdminService, ADMIN_SERVICE);
 
-/// A gRPC connection holding one of its listener's connection permits until it closes.
+/// A gRPC connection holding one of its listener's connection permits until it closes, and
+/// closed if its first bytes (the HTTP/2 preface) do not arrive within the deadline: a client
+/// cannot hold a permit by connecting and sending nothing.
 pub struct Limited {
     stream: tokio::net::TcpStream,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl tokio::io::AsyncRead for Limited {
@@ -237,7 +299,22 @@ impl tokio::io::AsyncRead for Limited {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if self.first_bytes.is_some() {
+            if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+                self.first_bytes = None;
+            } else if read.is_pending()
+                && let Some(deadline) = self.first_bytes.as_mut()
+                && deadline.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no HTTP/2 preface within header_read_timeout_ms",
+                )));
+            }
+        }
+        read
     }
 }
 
@@ -265,15 +342,18 @@ impl tonic::transport::server::Connected for Limited {
 fn limited(
     listener: tokio::net::TcpListener,
     max_connections: usize,
+    first_bytes: std::time::Duration,
 ) -> impl futures::Stream<Item = std::io::Result<Limited>> {
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
-    futures::stream::unfold((listener, permits), |(listener, permits)| async move {
+    futures::stream::unfold((listener, permits), move |(listener, permits)| async move {
         let permit = permits.clone().acquire_owned().await.ok()?;
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    return Some((Ok(Limited { stream, _permit: permit }), (listener, permits)));
+                    let deadline = Some(Box::pin(tokio::time::sleep(first_bytes)));
+                    let conn = Limited { stream, _permit: permit, first_bytes: deadline };
+                    return Some((Ok(conn), (listener, permits)));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "gRPC accept failed; retrying in 100 ms");
@@ -288,13 +368,16 @@ fn limited(
 const STREAMS_PER_CONNECTION: u32 = 256;
 
 /// Serves one plane's gRPC service on `listener` until `shutdown`: at most `max_connections`
-/// connections at once (as the HTTP planes), [`STREAMS_PER_CONNECTION`] calls on each, every
-/// call bounded by `request_timeout`.
+/// connections at once (as the HTTP planes), each closed if it sends nothing within
+/// `first_bytes` (`header_read_timeout_ms`), [`STREAMS_PER_CONNECTION`] calls on each, every
+/// call bounded by `request_timeout`; idle connections are pinged every 30 s and closed when
+/// the peer stops answering.
 pub async fn serve<S>(
     listener: tokio::net::TcpListener,
     service: S,
     request_timeout: std::time::Duration,
     max_connections: usize,
+    first_bytes: std::time::Duration,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()>
 where
@@ -314,7 +397,7 @@ where
         .max_concurrent_streams(STREAMS_PER_CONNECTION)
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .add_service(service)
-        .serve_with_incoming_shutdown(limited(listener, max_connections), shutdown)
+        .serve_with_incoming_shutdown(limited(listener, max_connections, first_bytes), shutdown)
         .await?;
     Ok(())
 }

@@ -449,11 +449,14 @@ impl Server {
         let grpc = self.grpc.map(|(meta_listener, admin_listener)| {
             let timeout = Duration::from_millis(config.request_timeout_ms);
             let max = config.max_body_bytes;
-            let meta = grpc::MetaService(grpc::Plane::new(grpc::META_SERVICE, meta_router.clone(), max));
-            let admin = grpc::AdminService(grpc::Plane::new(grpc::ADMIN_SERVICE, admin_router.clone(), max));
+            let bodies = self.state.bodies.clone();
+            let meta =
+                grpc::MetaService(grpc::Plane::new(grpc::META_SERVICE, meta_router.clone(), max, bodies.clone()));
+            let admin = grpc::AdminService(grpc::Plane::new(grpc::ADMIN_SERVICE, admin_router.clone(), max, bodies));
+            let (conns, first) = (config.max_connections, limits.timeouts.header_read);
             [
-                tokio::spawn(grpc::serve(meta_listener, meta, timeout, config.max_connections, wait(rx.clone()))),
-                tokio::spawn(grpc::serve(admin_listener, admin, timeout, config.max_connections, wait(rx.clone()))),
+                tokio::spawn(grpc::serve(meta_listener, meta, timeout, conns, first, wait(rx.clone()))),
+                tokio::spawn(grpc::serve(admin_listener, admin, timeout, conns, first, wait(rx.clone()))),
             ]
         });
         let meta = tokio::spawn(transport::serve("meta", self.meta, meta_router, limits, wait(rx.clone())));
@@ -463,9 +466,17 @@ impl Server {
         let _ = tx.send(true);
         meta.await?;
         admin.await?;
+        // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
+        // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.
         for served in grpc.into_iter().flatten() {
-            if let Err(e) = served.await? {
-                tracing::warn!(error = %e, "a gRPC service stopped with an error");
+            let abort = served.abort_handle();
+            match tokio::time::timeout(limits.drain_timeout + Duration::from_secs(1), served).await {
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "a gRPC service stopped with an error"),
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::warn!("gRPC connections still open after the drain timeout: closing them");
+                    abort.abort();
+                }
             }
         }
         refresher.abort();

@@ -53,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
     // One machine-readable line on stdout: scripts and tests read the bound ports from it.
     match server.grpc_addrs {
         Some((grpc_meta, grpc_admin)) => println!(
-            "kvcm-api listening meta=http://{} admin=http://{} grpc_meta=http://{grpc_meta} grpc_admin=http://{grpc_admin}",
+            "kvcm-api listening meta=http://{} admin=http://{} meta_grpc=http://{grpc_meta} admin_grpc=http://{grpc_admin}",
             server.meta_addr, server.admin_addr
         ),
         None => println!("kvcm-api listening meta=http://{} admin=http://{}", server.meta_addr, server.admin_addr),

@@ -18,11 +18,11 @@
 //! worker's `kvcm_worker_evictions_total` on its `/metrics`, not a frontend metric.
 //!
 //! What a call costs: per-instance usage is reported for the instances kvcm's own series label
-//! (those this frontend has served, at most `max_instance_metric_labels`), read with at most
-//! [`USAGE_READS_IN_FLIGHT`] `HGETALL`s at a time; group ratios come from the frontend's usage
-//! cache (`usage_cache_ms`, shared with quota checks). The Valkey part is bounded by
-//! `valkey_timeout_ms`: past it, or for a group or instance whose read fails, the series is left
-//! out rather than reported wrong — `getMetrics` answers while Valkey is down, with kvcm's names.
+//! (those this frontend has served), and group ratios for groups with a `quota.capacity`, from
+//! one set of at most `max_instance_metric_labels` instance reads, [`USAGE_READS_IN_FLIGHT`]
+//! `HGETALL`s at a time, bounded by `valkey_timeout_ms`: past it, or for a group or instance
+//! whose reads fail or did not fit, the series is left out rather than reported wrong —
+//! `getMetrics` answers while Valkey is down, with kvcm's names.
 //! Rates cover the last completed window of at least [`RATE_WINDOW`] between two calls (the
 //! first window starts with the process): calls closer together than that repeat it.
 
@@ -166,33 +166,55 @@ pub async fn tair_metrics(s: &AppState, rates: &RateState) -> Vec<MetricsData> {
             tags(&[("storage_unique_name", name)]),
         ));
     }
+    // One bounded set of usage reads serves both the per-instance series (the instances kvcm's
+    // own series label) and the group ratios (every instance of each group with a capacity):
+    // at most max_instance_metric_labels instances, USAGE_READS_IN_FLIGHT at a time, within
+    // valkey_timeout_ms. A group is left out unless all its instances were read.
     let bound = Duration::from_millis(s.config.valkey_timeout_ms);
-    let instances: Vec<(String, String)> = s
-        .metrics
-        .labelled_instances()
-        .into_iter()
-        .filter_map(|id| snap.instances.get(&id).map(|i| (id, i.instance_group_name.clone())))
+    let labelled = s.metrics.labelled_instances();
+    let mut ids: Vec<&str> =
+        labelled.iter().map(String::as_str).filter(|id| snap.instances.contains_key(*id)).collect();
+    let capacity_groups: Vec<(&String, i64)> =
+        snap.groups.iter().filter(|(_, g)| g.quota.capacity > 0).map(|(n, g)| (n, g.quota.capacity)).collect();
+    let mut members: Vec<&str> = snap
+        .instances
+        .values()
+        .filter(|i| capacity_groups.iter().any(|(g, _)| **g == i.instance_group_name))
+        .map(|i| i.instance_id.as_str())
         .collect();
+    members.sort_unstable();
+    for id in members {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids.truncate(s.config.max_instance_metric_labels);
     // The futures are made before they are streamed: a lazily mapped iterator would not be Send.
-    let reads: Vec<_> = instances.iter().map(|(id, _)| s.data.instance_usage(id)).collect();
+    let reads: Vec<_> = ids.iter().map(|id| s.data.instance_usage(id)).collect();
     let reads = futures::stream::iter(reads).buffered(USAGE_READS_IN_FLIGHT).collect::<Vec<_>>();
     let usages = tokio::time::timeout(bound, reads).await.unwrap_or_default();
-    for ((id, group), usage) in instances.iter().zip(usages) {
-        let Ok(usage) = usage else { continue };
-        let (bytes, blocks) = usage.values().fold((0, 0), |(b, n), (ub, un)| (b + ub, n + un));
-        let t = || tags(&[("instance_group", group), ("instance_id", id)]);
+    let read: HashMap<&str, (i64, i64)> = ids
+        .iter()
+        .zip(usages)
+        .filter_map(|(id, usage)| {
+            let usage = usage.ok()?;
+            Some((*id, usage.values().fold((0, 0), |(b, n), (ub, un)| (b + ub, n + un))))
+        })
+        .collect();
+    for id in &labelled {
+        let (Some(&(bytes, blocks)), Some(info)) = (read.get(id.as_str()), snap.instances.get(id)) else { continue };
+        let t = || tags(&[("instance_group", &info.instance_group_name), ("instance_id", id)]);
         out.push(data("meta_indexer.total_key_count", MetricValue::IntValue(blocks), t()));
         out.push(data("cache_manager_instance.key_count", MetricValue::IntValue(blocks), t()));
         out.push(data("cache_manager_instance.byte_size", MetricValue::IntValue(bytes), t()));
     }
-    let groups: Vec<(&String, i64)> =
-        snap.groups.iter().filter(|(_, g)| g.quota.capacity > 0).map(|(n, g)| (n, g.quota.capacity)).collect();
-    let reads: Vec<_> = groups.iter().map(|(name, _)| s.data.group_usage(&snap, name)).collect();
-    let reads = futures::stream::iter(reads).buffered(USAGE_READS_IN_FLIGHT).collect::<Vec<_>>();
-    let usages = tokio::time::timeout(bound, reads).await.unwrap_or_default();
-    for ((group, capacity), usage) in groups.iter().zip(usages) {
-        let Ok(usage) = usage else { continue };
-        let ratio = usage.bytes as f64 / *capacity as f64;
+    for (group, capacity) in capacity_groups {
+        let mut bytes = Some(0);
+        for i in snap.instances.values().filter(|i| &i.instance_group_name == group) {
+            bytes = bytes.zip(read.get(i.instance_id.as_str())).map(|(sum, (b, _))| sum + b);
+        }
+        let Some(bytes) = bytes else { continue };
+        let ratio = bytes as f64 / capacity as f64;
         out.push(data(
             "cache_manager_group.usage_ratio",
             MetricValue::FloatValue(ratio),

@@ -56,6 +56,7 @@ trap cleanup EXIT
 # (the back-off itself is tested in tests/tests/security.rs).
 coproc API {
   KVCM_VALKEY_URL="$KVCM_TEST_VALKEY_URL" KVCM_NAMESPACE="$ns" KVCM_META_PORT=0 KVCM_ADMIN_PORT=0 \
+    KVCM_GRPC_META_PORT=0 KVCM_GRPC_ADMIN_PORT=0 \
     KVCM_META_AUTH=true KVCM_AUTH_BACKOFF_AFTER=1000000000 KVCM_BOOTSTRAP_ADMIN_USER="$admin_user" KVCM_BOOTSTRAP_ADMIN_PASSWORD="$admin_pw" \
     KVCM_LOG_LEVEL=warn exec "$API_BIN" 2>"$log_file"
 }

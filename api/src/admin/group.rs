@@ -35,6 +35,7 @@ pub async fn get(
     Reply(
         async {
             let instance_group = s.registry.get_group(&req.name).await?;
+            // The snapshot get_group just refreshed (or a newer one, if another refresh landed).
             let missing_storage_candidates = s.registry.snapshot().missing_candidates(&instance_group);
             Ok(GetInstanceGroupResponse { instance_group, missing_storage_candidates })
         }
