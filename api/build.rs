@@ -4,7 +4,8 @@
 use prost::Message;
 
 fn main() {
-    let protos = ["../proto/tair/meta_service.proto", "../proto/tair/admin_service.proto"];
+    let protos =
+        ["../proto/tair/meta_service.proto", "../proto/tair/admin_service.proto", "../proto/tair/debug_service.proto"];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

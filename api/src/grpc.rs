@@ -55,6 +55,8 @@ pub fn descriptors() -> &'static DescriptorPool {
 pub const META_SERVICE: &str = "kv_cache_manager.proto.meta.MetaService";
 /// The admin plane's service name.
 pub const ADMIN_SERVICE: &str = "kv_cache_manager.proto.admin.AdminService";
+/// Tair's debug service (fault injection), served beside AdminService.
+pub const DEBUG_SERVICE: &str = "kv_cache_manager.proto.debug.DebugService";
 
 /// Protobuf JSON as kvcm's HTTP planes write it: proto field names, every field (defaults too).
 pub fn json_options() -> SerializeOptions {
@@ -283,6 +285,7 @@ macro_rules! named_plane {
 
 named_plane!(MetaService, META_SERVICE);
 named_plane!(AdminService, ADMIN_SERVICE);
+named_plane!(DebugService, DEBUG_SERVICE);
 
 /// A gRPC connection holding one of its listener's connection permits until it closes, and
 /// closed if its first bytes (the HTTP/2 preface) do not arrive within the deadline: a client
@@ -372,31 +375,19 @@ const STREAMS_PER_CONNECTION: u32 = 256;
 /// `first_bytes` (`header_read_timeout_ms`), [`STREAMS_PER_CONNECTION`] calls on each, every
 /// call bounded by `request_timeout`; idle connections are pinged every 30 s and closed when
 /// the peer stops answering.
-pub async fn serve<S>(
+pub async fn serve(
     listener: tokio::net::TcpListener,
-    service: S,
+    routes: tonic::service::Routes,
     request_timeout: std::time::Duration,
     max_connections: usize,
     first_bytes: std::time::Duration,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()>
-where
-    S: tower::Service<
-            axum::http::Request<tonic::body::Body>,
-            Response = axum::http::Response<tonic::body::Body>,
-            Error = Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+) -> anyhow::Result<()> {
     tonic::transport::Server::builder()
         .timeout(request_timeout)
         .max_concurrent_streams(STREAMS_PER_CONNECTION)
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
-        .add_service(service)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(limited(listener, max_connections, first_bytes), shutdown)
         .await?;
     Ok(())

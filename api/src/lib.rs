@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod auth;
 pub mod event_log;
+pub mod faults;
 pub mod grpc;
 pub mod health;
 pub mod lambda;
@@ -199,6 +200,7 @@ pub fn app_state(
         bodies: Arc::new(tokio::sync::Semaphore::new(inflight_kib)),
         started: std::time::Instant::now(),
         tair_rates: Arc::default(),
+        faults: Arc::default(),
     })
 }
 
@@ -300,6 +302,7 @@ pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState)
     let metrics = state.metrics.clone();
     let deadline = Duration::from_millis(state.config.request_timeout_ms);
     let (bodies, max_body) = (state.bodies.clone(), state.config.max_body_bytes);
+    let faults = state.faults.clone();
     router
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
@@ -307,6 +310,7 @@ pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState)
         .layer(from_fn(move |req, next| within_deadline(deadline, req, next)))
         .layer(from_fn(move |req, next| within_body_budget(bodies.clone(), max_body, req, next)))
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(from_fn(move |req, next| faults::faulted(faults.clone(), req, next)))
         .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
 }
 
@@ -452,7 +456,10 @@ impl Server {
             let bodies = self.state.bodies.clone();
             let meta =
                 grpc::MetaService(grpc::Plane::new(grpc::META_SERVICE, meta_router.clone(), max, bodies.clone()));
-            let admin = grpc::AdminService(grpc::Plane::new(grpc::ADMIN_SERVICE, admin_router.clone(), max, bodies));
+            let admin_plane = |service| grpc::Plane::new(service, admin_router.clone(), max, bodies.clone());
+            let meta = tonic::service::Routes::new(meta);
+            let admin = tonic::service::Routes::new(grpc::AdminService(admin_plane(grpc::ADMIN_SERVICE)))
+                .add_service(grpc::DebugService(admin_plane(grpc::DEBUG_SERVICE)));
             let (conns, first) = (config.max_connections, limits.timeouts.header_read);
             [
                 tokio::spawn(grpc::serve(meta_listener, meta, timeout, conns, first, wait(rx.clone()))),

@@ -28,6 +28,8 @@ pub struct AppState {
     pub started: std::time::Instant,
     /// What the previous `getMetrics` counted, for Tair's per-second rates.
     pub tair_rates: Arc<crate::tair_metrics::RateState>,
+    /// Faults injected by the debug service (`debug_faults`).
+    pub faults: Arc<crate::faults::Faults>,
 }
 
 impl std::fmt::Debug for AppState {

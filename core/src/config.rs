@@ -167,6 +167,8 @@ pub struct Config {
     pub meta_auth: bool,
     pub admin_bind: String,
     pub allow_anonymous_admin: bool,
+    /// Tair's debug service (injectFault, removeFault, clearFaults): off unless set; for tests.
+    pub debug_faults: bool,
     pub bootstrap_admin_user: String,
     pub bootstrap_admin_password_file: String,
     pub min_password_length: usize,

@@ -71,6 +71,13 @@ pub fn rpcs() -> Rpcs {
         .rpc("leaderDemote", cluster::leader_demote, "UNSUPPORTED: kvcm has no leader")
         .rpc("getLeaderElectorConfig", cluster::get_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
         .rpc("updateLeaderElectorConfig", cluster::update_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
+        .rpc(
+            "injectFault",
+            crate::faults::inject,
+            "Debug: make an RPC of this frontend answer INTERNAL_ERROR, always or once (debug_faults)",
+        )
+        .rpc("removeFault", crate::faults::remove, "Debug: stop injecting faults into an RPC (debug_faults)")
+        .rpc("clearFaults", crate::faults::clear, "Debug: stop injecting every fault (debug_faults)")
 }
 
 pub fn router(state: AppState) -> Router {

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod codec;
 pub mod common;
+pub mod debug;
 pub mod meta;
 
 pub use common::*;

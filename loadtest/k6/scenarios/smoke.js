@@ -171,6 +171,10 @@ function cluster() {
   check(health, { 'checkHealth: healthy': (r) => r.is_health === true });
   call('admin', 'getManagerClusterInfo', {});
   call('admin', 'leaderDemote', {}, { code: 'UNSUPPORTED' });
+  // Tair's debug service: off on a served frontend (debug_faults = false).
+  call('admin', 'injectFault', { api_name: 'GetCacheLocation', fault_trigger_strategy: 'ALWAYS' }, { code: 'UNSUPPORTED' });
+  call('admin', 'removeFault', { api_name: 'GetCacheLocation' }, { code: 'UNSUPPORTED' });
+  call('admin', 'clearFaults', {}, { code: 'UNSUPPORTED' });
   call('admin', 'getLeaderElectorConfig', {}, { code: 'UNSUPPORTED' });
   call('admin', 'updateLeaderElectorConfig', { campaign_delay_time_ms: 1000 }, { code: 'UNSUPPORTED' });
 }

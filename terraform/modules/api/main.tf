@@ -31,8 +31,7 @@ locals {
       KVCM_BIND                 = "0.0.0.0"
       KVCM_META_PORT            = tostring(local.meta_port)
       KVCM_ADMIN_PORT           = tostring(local.admin_port)
-      # The load balancer forwards HTTP only: Tair's gRPC services are not served here (yet).
-      KVCM_GRPC                 = "false"
+      KVCM_GRPC                 = "false" # the load balancer forwards HTTP only: no gRPC here (yet)
       KVCM_VALKEY_URL           = var.valkey_url
       KVCM_NAMESPACE            = var.namespace
       KVCM_LOG_FORMAT           = "json"
