@@ -168,6 +168,10 @@ async fn instance_groups_are_created_read_updated_optimistically_and_removed() {
     let api = Api::start();
     assert_ok(&api.admin("addStorage", nfs("s1", "/tmp/kvcm1")).await);
     assert_ok(&api.admin("addStorage", nfs("s2", "/tmp/kvcm2")).await);
+    let mut bad_indexer = group("g", &["s1"], 1);
+    bad_indexer["cache_config"]["meta_indexer_config"] = json!({"max_key_count": "many"});
+    refused(&api, "createInstanceGroup", json!({"instance_group": bad_indexer}), "INVALID_ARGUMENT", "max_key_count")
+        .await;
     assert_ok(&api.admin("createInstanceGroup", json!({"instance_group": group("g", &["s1"], 1)})).await);
     // Exactly the same group again (a resend, or a provisioning tool run twice): nothing to do.
     let before = dump_namespace(&api.namespace).await;

@@ -382,6 +382,10 @@ pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
             clip(&r.storage_unique_name, 64)
         )));
     }
+    let indexer = serde_json::Value::Object(g.cache_config.meta_indexer_config.clone());
+    serde_path_to_error::deserialize::<_, MetaIndexerShape>(indexer).map_err(|e| {
+        Error::invalid(format!("instance_group.cache_config.meta_indexer_config.{}: {}", e.path(), e.inner()))
+    })?;
     let json = serde_json::to_string(g).map_err(|e| Error::internal(e.to_string()))?;
     if json.len() > limits.max_group_bytes {
         return Err(Error::invalid(format!(
@@ -392,6 +396,46 @@ pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
         )));
     }
     Ok(json)
+}
+
+/// The shape Tair gives `meta_indexer_config`. kvcm keeps its metadata in Valkey and only stores
+/// and echoes this object, but what it echoes must read back as Tair's message (gRPC replies are
+/// built from it), so the fields Tair defines must have Tair's types (`null` reads as the
+/// default, as in protobuf JSON); other fields pass.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+#[allow(dead_code, reason = "read only to check the types")]
+struct MetaIndexerShape {
+    #[serde(deserialize_with = "crate::wire::codec::int64::deserialize")]
+    max_key_count: i64,
+    #[serde(deserialize_with = "crate::wire::codec::int64::deserialize")]
+    mutex_shard_num: i64,
+    #[serde(deserialize_with = "crate::wire::codec::int64::deserialize")]
+    batch_key_size: i64,
+    meta_storage_backend_config: Option<MetaStorageBackendShape>,
+    meta_cache_policy_config: Option<MetaCachePolicyShape>,
+    /// A `google.protobuf.Int64Value`: its JSON is the number (or null).
+    #[serde(deserialize_with = "crate::wire::codec::int64::deserialize")]
+    persist_metadata_interval_time_ms: i64,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+#[allow(dead_code, reason = "read only to check the types")]
+struct MetaStorageBackendShape {
+    storage_type: Option<String>,
+    storage_uri: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+#[allow(dead_code, reason = "read only to check the types")]
+struct MetaCachePolicyShape {
+    #[serde(deserialize_with = "crate::wire::codec::int64::deserialize")]
+    capacity: i64,
+    r#type: Option<String>,
+    cache_shard_bits: Option<i32>,
+    high_pri_pool_ratio: Option<f64>,
 }
 
 /// Validates a registration and builds the instance record it asks for.
