@@ -16,8 +16,34 @@ fn as_proto(service: &str, method: &str, reply: Value) -> Value {
         .and_then(|s| s.methods().find(|m| m.name() == method))
         .unwrap();
     let reply = blank_request_id(reply);
+    // Every field kvcm writes must be one the proto has, but for kvcm's documented extensions:
+    // a field written under a name the proto lacks would otherwise vanish from both sides.
+    let mut strict = reply.clone();
+    strip_extensions(&mut strict);
+    let strict = strict.to_string();
+    let mut de = serde_json::Deserializer::from_str(&strict);
+    let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(true);
+    if let Err(e) = prost_reflect::DynamicMessage::deserialize_with_options(desc.output(), &mut de, &options) {
+        panic!("{method}: kvcm's HTTP reply has a field {} lacks: {e}\n{reply}", desc.output().full_name());
+    }
     let message = kvcm_api::grpc::from_json(desc.output(), reply.to_string().as_bytes()).unwrap();
     serde_json::from_slice(&kvcm_api::grpc::to_json(&message).unwrap()).unwrap()
+}
+
+/// kvcm's extension fields (README, "Protocol notes"), removed wherever they appear.
+const EXTENSIONS: &[&str] = &["is_available", "is_healthy", "missing_storage_candidates", "instance_groups"];
+
+fn strip_extensions(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for key in EXTENSIONS {
+                map.remove(*key);
+            }
+            map.values_mut().for_each(strip_extensions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_extensions),
+        _ => {}
+    }
 }
 
 /// Blanks what differs between two requests by nature: the request id, and the clock in
