@@ -249,9 +249,10 @@ impl DataPlane {
     }
 
     /// How many blocks a query would return as real locations (`getCacheLocationLen`): the
-    /// matched prefix (QT_PREFIX_MATCH), the hits (QT_BATCH_GET) or the window
-    /// (QT_REVERSE_ROLL_SW_MATCH) — the `matched` of the same [`Self::get_cache_location`] —
-    /// without building a location or refreshing any block's recency.
+    /// matched prefix (QT_PREFIX_MATCH), the hits (QT_BATCH_GET) or the window's blocks
+    /// (QT_REVERSE_ROLL_SW_MATCH), each counted only if its storage can express it — exactly the
+    /// non-placeholder locations of the same [`Self::get_cache_location`] — without building the
+    /// reply or refreshing any block's recency (the returned `matched` is that count).
     pub async fn get_cache_location_len(
         &self,
         snap: &Snapshot,
@@ -261,7 +262,8 @@ impl DataPlane {
         sw_size: i32,
     ) -> Result<MatchStats> {
         let mut sink = Counted { real: 0 };
-        self.lookup(snap, inst, query, blocks, &BlockMask::Offset(0), sw_size, &[], &mut sink).await
+        let stats = self.lookup(snap, inst, query, blocks, &BlockMask::Offset(0), sw_size, &[], &mut sink).await?;
+        Ok(MatchStats { matched: sink.real, ..stats })
     }
 
     #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
