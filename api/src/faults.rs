@@ -43,8 +43,7 @@ fn normalized(api_name: &str) -> Result<String, Error> {
     if api_name.is_empty() || api_name.len() > 64 || !api_name.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(Error::invalid("api_name must name an RPC, e.g. GetCacheLocation (1..64 letters and digits)"));
     }
-    let mut chars = api_name.chars();
-    Ok(chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default())
+    Ok(crate::tair_rpc_name(api_name))
 }
 
 impl Faults {
@@ -131,8 +130,7 @@ pub async fn faulted(
     next: axum::middleware::Next,
 ) -> Response {
     if let Some(rpc) = req.uri().path().strip_prefix("/api/") {
-        let mut chars = rpc.chars();
-        let name = chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default();
+        let name = crate::tair_rpc_name(rpc);
         // The debug service itself is never faulted: a test could not undo its faults.
         let debug = matches!(name.as_str(), "InjectFault" | "RemoveFault" | "ClearFaults");
         if !debug && faults.hit(&name) {

@@ -1,5 +1,5 @@
 //! Tair KVCM's gRPC services — `kv_cache_manager.proto.meta.MetaService` and
-//! `kv_cache_manager.proto.admin.AdminService`, wire-compatible (`proto/tair/*.proto`: Tair's
+//! `kv_cache_manager.proto.admin.AdminService`, wire-compatible (`api/proto/tair/*.proto`: Tair's
 //! packages, messages, field names and numbers) — served by the very routers that serve HTTP.
 //!
 //! One core, two transports: a gRPC call's protobuf message is turned into its protobuf JSON
@@ -42,7 +42,7 @@ use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tower::ServiceExt;
 
-/// Tair's services as compiled from `proto/tair/` by `build.rs`.
+/// Tair's services as compiled from `api/proto/tair/` by `build.rs`.
 pub fn descriptors() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
@@ -193,10 +193,7 @@ impl tonic::server::UnaryService<Bytes> for Unary {
 
 /// The RPC's HTTP route: `/api/` and its name with a lowercase first letter.
 fn route(method: &MethodDescriptor) -> String {
-    let name = method.name();
-    let mut chars = name.chars();
-    let first = chars.next().map(|c| c.to_ascii_lowercase().to_string()).unwrap_or_default();
-    format!("/api/{first}{}", chars.as_str())
+    format!("/api/{}", crate::http_rpc_name(method.name()))
 }
 
 /// The `header.status.message` of a kvcm reply, or the body as text.

@@ -287,6 +287,20 @@ fn refuse_unsafe_exposure(config: &Config, snap: &kvcm_core::registry::Snapshot)
     Ok(())
 }
 
+/// An RPC's name in Tair's spelling (`getCacheLocation` → `GetCacheLocation`): how gRPC methods,
+/// Tair's metric tags (`api_name`) and the debug service's fault targets name what HTTP serves
+/// at `/api/getCacheLocation`.
+pub fn tair_rpc_name(rpc: &str) -> String {
+    let mut chars = rpc.chars();
+    chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
+/// The reverse of [`tair_rpc_name`]: the `/api/<rpc>` name of a Tair method.
+pub fn http_rpc_name(method: &str) -> String {
+    let mut chars = method.chars();
+    chars.next().map(|c| c.to_ascii_lowercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
 pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())

@@ -83,9 +83,7 @@ impl RateState {
 /// Tair's spelling of an RPC served at `route` (`/api/getCacheLocation` → `GetCacheLocation`).
 fn api_name(route: &str) -> Option<String> {
     let rpc = route.strip_prefix("/api/")?;
-    let mut chars = rpc.chars();
-    let first = chars.next()?;
-    (rpc != "healthy").then(|| first.to_ascii_uppercase().to_string() + chars.as_str())
+    (!rpc.is_empty() && rpc != "healthy").then(|| crate::tair_rpc_name(rpc))
 }
 
 fn tags(pairs: &[(&str, &str)]) -> Vec<MetricsTag> {

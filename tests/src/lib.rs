@@ -147,7 +147,7 @@ pub async fn grpc_call(
     let desc = pool
         .get_service_by_name(service)
         .and_then(|s| s.methods().find(|m| m.name() == method))
-        .unwrap_or_else(|| panic!("{service} has no method {method} in proto/tair"));
+        .unwrap_or_else(|| panic!("{service} has no method {method} in api/proto/tair"));
     let request = kvcm_api::grpc::from_json(desc.input(), body.to_string().as_bytes()).expect("a request message");
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())
         .expect("a gRPC URL")

@@ -1,4 +1,4 @@
-//! Tair's gRPC services (`proto/tair/`) against a real kvcm-api, with a client that shares only
+//! Tair's gRPC services (`api/proto/tair/`) against a real kvcm-api, with a client that shares only
 //! the protos with the server: every meta RPC over gRPC, and the conformance of the two
 //! transports — the same request gives the same answer over HTTP and over gRPC, and the JSON of
 //! an HTTP reply equals the protobuf JSON of the gRPC message (kvcm's extension fields aside,
@@ -56,11 +56,6 @@ fn blank_request_id(mut reply: Value) -> Value {
     reply
 }
 
-fn lower_first(s: &str) -> String {
-    let mut c = s.chars();
-    c.next().map(|f| f.to_ascii_lowercase().to_string() + c.as_str()).unwrap_or_default()
-}
-
 /// Sends the same read-only request over both transports and asserts the same answer.
 async fn same_over_both(api: &Api, service: &str, method: &str, body: Value) -> Value {
     let (base, url) = if service == kvcm_api::grpc::META_SERVICE {
@@ -70,7 +65,7 @@ async fn same_over_both(api: &Api, service: &str, method: &str, body: Value) -> 
     };
     let grpc = grpc_call(&url, service, method, body.clone(), None).await;
     let grpc = blank_request_id(grpc.unwrap_or_else(|s| panic!("{method} over gRPC: {s}")));
-    let (_, http) = api.post(&base, &lower_first(method), body.to_string(), None).await;
+    let (_, http) = api.post(&base, &kvcm_api::http_rpc_name(method), body.to_string(), None).await;
     assert_eq!(grpc, as_proto(service, method, http.clone()), "{method}: gRPC and HTTP differ (HTTP said {http})");
     grpc
 }

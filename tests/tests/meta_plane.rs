@@ -613,10 +613,22 @@ async fn get_cache_location_len_counts_what_a_read_would_return_and_touches_noth
 
     // No recency refresh: the namespace is byte for byte the same after a Len probe, while the
     // same getCacheLocation moves its deepest block's recency (off the request path: polled).
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let before = dump_namespace(&fx.api.namespace).await;
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // First the earlier reads' own recency updates must have landed: wait for the namespace to
+    // hold still (two equal dumps in a row), not for a guessed time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut before = dump_namespace(&fx.api.namespace).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = dump_namespace(&fx.api.namespace).await;
+        if now == before {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the namespace never settled");
+        before = now;
+    }
     assert_eq!(len("QT_PREFIX_MATCH", vec![1, 2, 3, 5], 0).await["cache_location_len"], "4");
+    // An absence cannot be polled for: give a touch (were there one) the time the control below
+    // needs to show one, then check nothing moved.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(dump_namespace(&fx.api.namespace).await, before, "getCacheLocationLen changed state");
     fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 5], json!({})).await;

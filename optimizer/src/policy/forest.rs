@@ -71,3 +71,48 @@ impl Forest {
         (self.children[parent as usize] == 0).then_some(parent)
     }
 }
+
+/// The resident forest with a queue of its leaves by a key (smallest first), shared by the
+/// heap-based leaf-aware policies ([`super::leaf_lru`]: last access; [`super::leaf_lfu`]:
+/// LFU-DA priority, then last access). The queue is a min-heap with lazy deletion: an entry is
+/// live while its block is a resident leaf whose current key (`key_of`) is the entry's.
+#[derive(Debug, Clone)]
+pub(crate) struct LeafQueue<K> {
+    pub(crate) forest: Forest,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(K, BlockId)>>,
+}
+
+impl<K: Ord + Copy> LeafQueue<K> {
+    pub(crate) fn new(blocks: usize) -> Self {
+        Self { forest: Forest::new(blocks), heap: std::collections::BinaryHeap::new() }
+    }
+
+    /// Queues `block` under its new `key` if it is a leaf (after [`Forest::insert`] and the
+    /// caller's key update); rebuilds the heap when stale entries dominate.
+    pub(crate) fn touched(&mut self, block: BlockId, key: K, key_of: impl Fn(BlockId) -> K) {
+        if self.forest.is_leaf(block) {
+            self.heap.push(std::cmp::Reverse((key, block)));
+        }
+        if super::heap_needs_compaction(self.heap.len(), self.forest.len()) {
+            let forest = &self.forest;
+            let heap = std::mem::take(&mut self.heap);
+            self.heap = super::compact_heap(heap, |std::cmp::Reverse((k, b))| forest.is_leaf(*b) && key_of(*b) == *k);
+        }
+    }
+
+    /// Removes the live leaf with the smallest key and returns it with that key; a parent left
+    /// without resident children is queued under its own key.
+    pub(crate) fn pop(&mut self, key_of: impl Fn(BlockId) -> K) -> Option<(K, BlockId)> {
+        while let Some(std::cmp::Reverse((key, block))) = self.heap.pop() {
+            if !self.forest.is_leaf(block) || key_of(block) != key {
+                continue;
+            }
+            if let Some(parent) = self.forest.remove_leaf(block) {
+                self.heap.push(std::cmp::Reverse((key_of(parent), parent)));
+            }
+            return Some((key, block));
+        }
+        debug_assert_eq!(self.forest.len(), 0, "resident blocks but no live leaf");
+        None
+    }
+}

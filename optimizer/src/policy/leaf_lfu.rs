@@ -8,21 +8,17 @@
 //! A parent is accessed by every request that accesses its children, so its priority is never
 //! below theirs when it becomes a leaf. O(log n) per access and eviction (lazy-deletion heap).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-use super::forest::Forest;
-use super::{Access, EvictionPolicy, compact_heap, heap_needs_compaction};
+use super::forest::LeafQueue;
+use super::{Access, EvictionPolicy};
 use crate::trace::{BlockId, Position};
 
 /// Leaf-aware LFU with dynamic aging.
 #[derive(Debug, Clone)]
 pub struct LeafLfu {
-    forest: Forest,
+    queue: LeafQueue<(u64, Position)>,
     count: Vec<u32>,
     priority: Vec<u64>,
     last: Vec<Position>,
-    leaves: BinaryHeap<Reverse<(u64, Position, BlockId)>>,
     age: u64,
 }
 
@@ -30,18 +26,12 @@ impl LeafLfu {
     /// An empty cache over block ids `0..blocks`.
     pub fn new(blocks: usize) -> Self {
         Self {
-            forest: Forest::new(blocks),
+            queue: LeafQueue::new(blocks),
             count: vec![0; blocks],
             priority: vec![0; blocks],
             last: vec![0; blocks],
-            leaves: BinaryHeap::new(),
             age: 0,
         }
-    }
-
-    fn is_live(&self, &(priority, last, block): &(u64, Position, BlockId)) -> bool {
-        let b = block as usize;
-        self.forest.is_leaf(block) && self.priority[b] == priority && self.last[b] == last
     }
 }
 
@@ -51,45 +41,30 @@ impl EvictionPolicy for LeafLfu {
     }
 
     fn contains(&self, block: BlockId) -> bool {
-        self.forest.contains(block)
+        self.queue.forest.contains(block)
     }
 
     fn access(&mut self, access: Access) {
         let b = access.block as usize;
-        if self.forest.insert(&access) {
+        if self.queue.forest.insert(&access) {
             self.count[b] = 0;
         }
         self.count[b] = self.count[b].saturating_add(1);
         self.priority[b] = self.age + u64::from(self.count[b]);
         self.last[b] = access.position;
-        if self.forest.is_leaf(access.block) {
-            self.leaves.push(Reverse((self.priority[b], access.position, access.block)));
-        }
-        if heap_needs_compaction(self.leaves.len(), self.forest.len()) {
-            let leaves = std::mem::take(&mut self.leaves);
-            self.leaves = compact_heap(leaves, |Reverse(entry)| self.is_live(entry));
-        }
+        let (priority, last) = (&self.priority, &self.last);
+        self.queue.touched(access.block, (priority[b], access.position), |x| (priority[x as usize], last[x as usize]));
     }
 
     fn len(&self) -> usize {
-        self.forest.len()
+        self.queue.forest.len()
     }
 
     fn evict(&mut self) -> Option<BlockId> {
-        while let Some(Reverse(entry)) = self.leaves.pop() {
-            if !self.is_live(&entry) {
-                continue;
-            }
-            let (priority, _, block) = entry;
-            self.age = self.age.max(priority);
-            if let Some(parent) = self.forest.remove_leaf(block) {
-                let p = parent as usize;
-                self.leaves.push(Reverse((self.priority[p], self.last[p], parent)));
-            }
-            return Some(block);
-        }
-        debug_assert_eq!(self.forest.len(), 0, "resident blocks but no live leaf");
-        None
+        let (priority, last) = (&self.priority, &self.last);
+        let ((key, _), block) = self.queue.pop(|x| (priority[x as usize], last[x as usize]))?;
+        self.age = self.age.max(key);
+        Some(block)
     }
 }
 

@@ -20,29 +20,21 @@
 //! traces whose ids are not prefix-chained. The leaf queue is a min-heap on last access with
 //! lazy deletion; an entry is live while its block is a resident leaf with that last access.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-use super::forest::Forest;
-use super::{Access, EvictionPolicy, compact_heap, heap_needs_compaction};
+use super::forest::LeafQueue;
+use super::{Access, EvictionPolicy};
 use crate::trace::{BlockId, Position};
 
 /// Least recently used leaf.
 #[derive(Debug, Clone)]
 pub struct LeafLru {
-    forest: Forest,
+    queue: LeafQueue<Position>,
     last: Vec<Position>,
-    leaves: BinaryHeap<Reverse<(Position, BlockId)>>,
 }
 
 impl LeafLru {
     /// An empty cache over block ids `0..blocks`.
     pub fn new(blocks: usize) -> Self {
-        Self { forest: Forest::new(blocks), last: vec![0; blocks], leaves: BinaryHeap::new() }
-    }
-
-    fn is_live(&self, &(last, block): &(Position, BlockId)) -> bool {
-        self.forest.is_leaf(block) && self.last[block as usize] == last
+        Self { queue: LeafQueue::new(blocks), last: vec![0; blocks] }
     }
 }
 
@@ -52,37 +44,22 @@ impl EvictionPolicy for LeafLru {
     }
 
     fn contains(&self, block: BlockId) -> bool {
-        self.forest.contains(block)
+        self.queue.forest.contains(block)
     }
 
     fn access(&mut self, access: Access) {
-        self.forest.insert(&access);
+        self.queue.forest.insert(&access);
         self.last[access.block as usize] = access.position;
-        if self.forest.is_leaf(access.block) {
-            self.leaves.push(Reverse((access.position, access.block)));
-        }
-        if heap_needs_compaction(self.leaves.len(), self.forest.len()) {
-            let leaves = std::mem::take(&mut self.leaves);
-            self.leaves = compact_heap(leaves, |Reverse(entry)| self.is_live(entry));
-        }
+        let last = &self.last;
+        self.queue.touched(access.block, access.position, |b| last[b as usize]);
     }
 
     fn len(&self) -> usize {
-        self.forest.len()
+        self.queue.forest.len()
     }
 
     fn evict(&mut self) -> Option<BlockId> {
-        while let Some(Reverse(entry)) = self.leaves.pop() {
-            if !self.is_live(&entry) {
-                continue;
-            }
-            let block = entry.1;
-            if let Some(parent) = self.forest.remove_leaf(block) {
-                self.leaves.push(Reverse((self.last[parent as usize], parent)));
-            }
-            return Some(block);
-        }
-        debug_assert_eq!(self.forest.len(), 0, "resident blocks but no live leaf");
-        None
+        let last = &self.last;
+        self.queue.pop(|b| last[b as usize]).map(|(_, block)| block)
     }
 }
