@@ -129,7 +129,8 @@ pub async fn faulted(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if let Some(rpc) = req.uri().path().strip_prefix("/api/") {
+    // No fault set (always, unless debug_faults is on and a test set one): one atomic load.
+    if let Some(rpc) = req.uri().path().strip_prefix("/api/").filter(|_| faults.any.load(Relaxed)) {
         let name = crate::tair_rpc_name(rpc);
         // The debug service itself is never faulted: a test could not undo its faults.
         let debug = matches!(name.as_str(), "InjectFault" | "RemoveFault" | "ClearFaults");
