@@ -12,6 +12,8 @@
 //! not "nothing to delete": an unmounted NFS or 3FS would otherwise release the metadata and
 //! leak the files once the mount returns.
 
+use rustix::io::Errno;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -75,15 +77,13 @@ pub(crate) async fn with_timeout<T: Send + 'static>(
     }
 }
 
-/// Deletes `name` in every spec directory of `dir` (an instance directory under `root`).
-/// Missing files and directories are success (a redelivered entry finds them gone).
-pub(crate) async fn unlink(root: String, dir: String, name: String, timeout: Duration) -> Result<(), String> {
+/// Deletes `name` in every spec directory of the instance directory `instance` (a path segment)
+/// under `root`. Missing files and directories are success (a redelivered entry finds them gone);
+/// a missing root is an error ([`open_root`]).
+pub(crate) async fn unlink(root: String, instance: String, name: String, timeout: Duration) -> Result<(), String> {
     let at = root.clone();
-    with_timeout(&at, "deleting", timeout, move || {
-        root_present(&root)?;
-        unlink_in_spec_dirs(&dir, &name)
-    })
-    .await
+    with_timeout(&at, "deleting", timeout, move || unlink_in_spec_dirs(&open_root(&root)?, &root, &instance, &name))
+        .await
 }
 
 /// The root exists (it is not created: a missing root usually means an unmounted NFS or 3FS,
@@ -101,65 +101,93 @@ pub(crate) async fn probe(root: String, probe: String, timeout: Duration) -> Res
     .await
 }
 
-/// Ok when a file-like storage's root is an existing directory (following a link: a root may
-/// well be one); an error naming it otherwise.
-pub(crate) fn root_present(root: &str) -> Result<(), String> {
-    match std::fs::metadata(root) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("storage root {root} is not a directory; nothing deleted, will retry")),
-        Err(e) => Err(format!(
-            "storage root {root} is missing or unreadable (not mounted?): {e}; nothing deleted, will retry"
-        )),
-    }
+/// Opens a file-like storage's root directory (following a link: a root may well be one) for
+/// the operations below, which all work relative to it: once it is open, the root being renamed
+/// or unmounted (lazily) mid-deletion cannot make a file look already deleted — a path looked up
+/// again would find nothing there, and the deleter would release a block whose file comes back
+/// with the mount. An error naming the root when it is missing or not a directory.
+pub(crate) fn open_root(root: &str) -> Result<OwnedFd, String> {
+    use rustix::fs::{CWD, Mode, OFlags, openat};
+    openat(CWD, root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| match e {
+        Errno::NOTDIR => format!("storage root {root} is not a directory; nothing deleted, will retry"),
+        e => format!("storage root {root} is missing or unreadable (not mounted?): {e}; nothing deleted, will retry"),
+    })
 }
 
-/// Unlinks `<dir>/<spec>/<name>` for every spec directory `<spec>` of an instance directory, and
-/// touches nothing else:
+/// Unlinks `<instance>/<spec>/<name>` under the open root `root_fd` (named `root` in errors) for
+/// every spec directory `<spec>` of the instance's directory, and touches nothing else:
 ///
-/// * `dir` is the instance's own directory ([`Backend::instance_dir`]); no other instance's
-///   directory can be inside it, so every sub-directory is one of this instance's specs.
-/// * Only real sub-directories are entered: a symbolic link (to a directory elsewhere, perhaps
-///   another instance's) is refused, as is `dir` itself being one — the entry fails with the
-///   reason and, after its retries, goes to the dead-letter stream. Plain files are skipped.
-/// * `unlink` removes `<name>` itself, never what a symbolic link there points to.
+/// * `instance` is the instance's own directory ([`super::Backend::instance_dir`]); no other
+///   instance's directory can be inside it, so every sub-directory is one of this instance's
+///   specs.
+/// * Only real sub-directories are entered, each opened relative to its parent without following
+///   links (`O_NOFOLLOW`): a symbolic link (to a directory elsewhere, perhaps another
+///   instance's) is refused, as is the instance directory being one — the entry fails with the
+///   reason and, after its retries, goes to the dead-letter stream. Nothing can swap a checked
+///   directory for a link: what is checked is the directory opened. Plain files are skipped.
+/// * `unlinkat` removes `<name>` itself, never what a symbolic link there points to.
 ///
-/// A `dir` that is missing, not a directory, or whose name is too long for the filesystem
-/// holds nothing to delete. What remains: whoever can write inside `dir` can swap a checked
-/// directory for a link between the check and the unlink (std has no `unlinkat`); such a writer
-/// can already delete these files itself.
-pub(crate) fn unlink_in_spec_dirs(dir: &str, name: &str) -> Result<(), String> {
-    use std::io::ErrorKind::{InvalidFilename, NotFound};
-    // Without its trailing '/': `lstat("link/")` would follow the link.
-    let dir = Path::new(dir.trim_end_matches('/'));
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!("refusing to delete through {}: it is a symbolic link", dir.display()));
+/// An instance directory that is missing, not a directory, or whose name is too long for the
+/// filesystem holds nothing to delete.
+pub(crate) fn unlink_in_spec_dirs(root_fd: &OwnedFd, root: &str, instance: &str, name: &str) -> Result<(), String> {
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, openat, statat, unlinkat};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let inst = format!("{root}{instance}");
+    let dir = match openat(root_fd, instance, dir_flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NAMETOOLONG) => return Ok(()),
+        // Linux says NOTDIR for a link opened with O_NOFOLLOW | O_DIRECTORY, as for a file.
+        Err(Errno::NOTDIR | Errno::LOOP) => {
+            return match statat(root_fd, instance, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    Err(format!("refusing to delete through {inst}: it is a symbolic link"))
+                }
+                _ => Ok(()),
+            };
         }
-        Ok(m) if !m.is_dir() => return Ok(()),
-        Ok(_) => {}
-        Err(e) if matches!(e.kind(), NotFound | InvalidFilename) => return Ok(()),
-        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
-    }
-    let specs = match std::fs::read_dir(dir) {
-        Ok(d) => d,
-        Err(e) if e.kind() == NotFound => return Ok(()),
-        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
+        Err(e) => return Err(format!("cannot open {inst}: {e}")),
     };
+    let specs = Dir::read_from(&dir).map_err(|e| format!("cannot list {inst}: {e}"))?;
+    let mut names = Vec::new();
     for spec in specs {
-        let spec = spec.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-        // `DirEntry::file_type` does not follow symbolic links.
-        let kind = spec.file_type().map_err(|e| format!("cannot inspect {}: {e}", spec.path().display()))?;
-        if kind.is_symlink() {
-            return Err(format!("refusing to delete through {}: it is a symbolic link", spec.path().display()));
-        }
-        if !kind.is_dir() {
+        let spec = spec.map_err(|e| format!("cannot list {inst}: {e}"))?;
+        let spec_name = spec.file_name().to_owned();
+        if matches!(spec_name.to_bytes(), b"." | b"..") {
             continue;
         }
-        let path = spec.path().join(name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == NotFound => {}
-            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+        // The entry's type when the filesystem reports it; asked for without following it when not.
+        let kind = match spec.file_type() {
+            FileType::Unknown => match statat(&dir, spec_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(format!("cannot inspect {inst}/{}: {e}", spec_name.to_string_lossy())),
+            },
+            kind => kind,
+        };
+        match kind {
+            FileType::Symlink => {
+                return Err(format!(
+                    "refusing to delete through {inst}/{}: it is a symbolic link",
+                    spec_name.to_string_lossy()
+                ));
+            }
+            FileType::Directory => names.push(spec_name),
+            _ => {}
+        }
+    }
+    for spec_name in names {
+        let spec = format!("{inst}/{}", spec_name.to_string_lossy());
+        let spec_fd = match openat(&dir, spec_name.as_c_str(), dir_flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(Errno::NOENT) => continue,
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                return Err(format!("refusing to delete through {spec}: it is no longer a directory"));
+            }
+            Err(e) => return Err(format!("cannot open {spec}: {e}")),
+        };
+        match unlinkat(&spec_fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(format!("cannot delete {spec}/{name}: {e}")),
         }
     }
     Ok(())
@@ -167,7 +195,6 @@ pub(crate) fn unlink_in_spec_dirs(dir: &str, name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::unlink_in_spec_dirs;
     use std::fs;
     use std::path::PathBuf;
 
@@ -180,6 +207,12 @@ mod tests {
         ));
         fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// Deletes `name` in `instance`'s spec directories under `root`, opened now.
+    fn unlink_in_spec_dirs(root: &std::path::Path, instance: &str, name: &str) -> Result<(), String> {
+        let root = format!("{}/", root.display());
+        super::unlink_in_spec_dirs(&super::open_root(&root)?, &root, instance, name)
     }
 
     #[test]
@@ -195,26 +228,48 @@ mod tests {
         // Another instance's tree and a file outside any spec directory.
         let other = write(root.join("a~2Fb/tp0/00ff"));
         let loose = write(root.join("a/00ff"));
-        let dir = |name: &str| format!("{}/{name}/", root.display());
-        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
+        unlink_in_spec_dirs(&root, "a", "00ff").unwrap();
         assert!(own.iter().all(|p| !p.exists()), "the instance's copies are gone");
         assert!(kept.exists() && other.exists() && loose.exists(), "nothing else is touched");
         // Idempotent; a missing instance directory, or one too long to exist, is nothing to do.
-        unlink_in_spec_dirs(&dir("a"), "00ff").unwrap();
-        unlink_in_spec_dirs(&dir("gone"), "00ff").unwrap();
-        unlink_in_spec_dirs(&dir(&"~2F".repeat(100)), "00ff").unwrap();
+        unlink_in_spec_dirs(&root, "a", "00ff").unwrap();
+        unlink_in_spec_dirs(&root, "gone", "00ff").unwrap();
+        unlink_in_spec_dirs(&root, &"~2F".repeat(100), "00ff").unwrap();
+        // A plain file where the instance directory would be holds nothing either.
+        fs::write(root.join("f"), b"x").unwrap();
+        unlink_in_spec_dirs(&root, "f", "00ff").unwrap();
         fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_missing_storage_root_is_an_error_not_nothing_to_delete() {
         let root = scratch("unmounted");
-        assert!(super::root_present(&format!("{}/", root.display())).is_ok());
+        assert!(super::open_root(&format!("{}/", root.display())).is_ok());
         let gone = format!("{}/not-mounted/", root.display());
-        let e = super::root_present(&gone).unwrap_err();
+        let e = super::open_root(&gone).unwrap_err();
         assert!(e.contains("not mounted") && e.contains(&gone), "{e}");
         fs::write(root.join("file"), b"x").unwrap();
-        assert!(super::root_present(&format!("{}/file", root.display())).unwrap_err().contains("not a directory"));
+        assert!(super::open_root(&format!("{}/file", root.display())).unwrap_err().contains("not a directory"));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The chaos suite's lost file (a storage root renamed away between the check that it is
+    /// there and the unlink, which then found nothing and released the block): once the root is
+    /// open, the deletion lands in that directory wherever it has gone.
+    #[test]
+    fn a_root_that_moves_mid_deletion_still_loses_the_file() {
+        let root = scratch("moving");
+        let file = root.join("a/tp0/00ff");
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(&file, b"kv").unwrap();
+        let path = format!("{}/", root.display());
+        let fd = super::open_root(&path).unwrap();
+        let away = root.with_extension("unmounted");
+        fs::rename(&root, &away).unwrap();
+        super::unlink_in_spec_dirs(&fd, &path, "a", "00ff").unwrap();
+        fs::rename(&away, &root).unwrap();
+        assert!(!file.exists(), "the file came back with its root");
+        assert!(root.join("a/tp0").is_dir(), "only the file is deleted");
         fs::remove_dir_all(&root).unwrap();
     }
 
@@ -227,15 +282,13 @@ mod tests {
         // A spec "directory" that links elsewhere.
         fs::create_dir_all(root.join("a")).unwrap();
         std::os::unix::fs::symlink(root.join("elsewhere"), root.join("a/tp0")).unwrap();
-        let dir = |name: &str| format!("{}/{name}/", root.display());
-        let e = unlink_in_spec_dirs(&dir("a"), "00ff").unwrap_err();
+        let e = unlink_in_spec_dirs(&root, "a", "00ff").unwrap_err();
         assert!(e.contains("symbolic link"), "{e}");
-        // An instance "directory" that links elsewhere (named with the trailing '/', as the
-        // deleter names it).
+        // An instance "directory" that links elsewhere.
         std::os::unix::fs::symlink(root.join("elsewhere/.."), root.join("b")).unwrap();
         fs::create_dir_all(root.join("tp0")).unwrap();
         fs::write(root.join("tp0/00ff"), b"not kvcm's either").unwrap();
-        let e = unlink_in_spec_dirs(&dir("b"), "00ff").unwrap_err();
+        let e = unlink_in_spec_dirs(&root, "b", "00ff").unwrap_err();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(victim.exists() && root.join("tp0/00ff").exists());
         fs::remove_dir_all(&root).unwrap();

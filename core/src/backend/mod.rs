@@ -171,8 +171,10 @@ impl Backend {
         loc: &Location,
         timeout: std::time::Duration,
     ) -> Result<bool, String> {
-        let (Some(root), Some(dir)) = (self.root(), self.instance_dir(instance)) else { return Ok(false) };
-        file::unlink(root.to_string(), dir, Self::file_name(key, loc), timeout).await.map(|()| true)
+        let Some(root) = self.root() else { return Ok(false) };
+        file::unlink(root.to_string(), path_segment(instance).into_owned(), Self::file_name(key, loc), timeout)
+            .await
+            .map(|()| true)
     }
 
     /// Probes the storage for the health check ([`file::probe`]); storages without a client
