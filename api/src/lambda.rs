@@ -111,8 +111,7 @@ pub async fn prepare(mut config: Config) -> anyhow::Result<Function> {
     let registry_time = t.elapsed();
     let t = Instant::now();
     let node = node(&config);
-    let mut state = crate::app_state(config, conn, registry, node)?;
-    state.data = state.data.with_replica_ack(ack);
+    let state = crate::app_state(config, conn, registry, node, ack)?;
     let router = match plane {
         LambdaPlane::Meta => crate::meta_router(&state),
         LambdaPlane::Admin => crate::admin_router(&state),

@@ -106,8 +106,7 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         grpc_meta_port: grpc_addrs.map_or(0, |(m, _)| m.port()),
         grpc_admin_port: grpc_addrs.map_or(0, |(_, a)| a.port()),
     };
-    let mut state = app_state(config, conn, registry, node)?;
-    state.data = state.data.with_replica_ack(ack);
+    let state = app_state(config, conn, registry, node, ack)?;
     let health = state.health.clone();
     Ok(Server { meta_addr, admin_addr, grpc_addrs, state, meta, admin, grpc, health })
 }
@@ -156,12 +155,14 @@ pub async fn open_registry(config: &Config, conn: ClusterConnection) -> anyhow::
 }
 
 /// Everything the handlers share, around an opened connection and registry: metrics, the event
-/// log, the data plane, auth and health state. No sockets, no background tasks.
+/// log, the data plane (its writes waiting for replicas with `replica_ack`), auth and health
+/// state. No sockets, no background tasks.
 pub fn app_state(
     config: Config,
     conn: ClusterConnection,
     registry: Arc<Registry>,
     node: Node,
+    replica_ack: Option<kvcm_core::store::durability::ReplicaAck>,
 ) -> anyhow::Result<AppState> {
     let metrics = Metrics::new(config.access_log, config.max_instance_metric_labels);
     metrics
@@ -181,13 +182,14 @@ pub fn app_state(
             .with_context(|| format!("cannot open event_log_path {}", config.event_log_path))?,
         )
     };
-    let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits());
+    let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits())
+        .with_replica_ack(replica_ack);
     let inflight_kib = config.max_inflight_body_bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
     let health = Arc::new(health::Health::new(
         Duration::from_millis(config.health_check_interval_ms),
         Duration::from_millis(config.valkey_timeout_ms),
     ));
-    Ok(AppState {
+    Ok(AppState::new(state::Shared {
         metrics,
         data,
         events,
@@ -201,7 +203,7 @@ pub fn app_state(
         started: std::time::Instant::now(),
         tair_rates: Arc::default(),
         faults: Arc::default(),
-    })
+    }))
 }
 
 /// Creates `bootstrap_admin_user` if configured and missing. The password comes from
