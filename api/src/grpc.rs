@@ -399,7 +399,8 @@ mod tests {
         let meta = descriptors().get_service_by_name(META_SERVICE).unwrap();
         let routes: Vec<String> = meta.methods().map(|m| route(&m)).collect();
         assert!(routes.contains(&"/api/getCacheLocationLen".to_string()), "{routes:?}");
-        assert_eq!(meta.methods().count(), 10);
+        assert!(routes.contains(&"/api/reportEvent".to_string()), "{routes:?}");
+        assert_eq!(meta.methods().count(), 12);
         let admin = descriptors().get_service_by_name(ADMIN_SERVICE).unwrap();
         assert!(admin.methods().any(|m| route(&m) == "/api/addStorage"));
     }

@@ -76,6 +76,11 @@ pub trait Fields {
     fn take_rendered(&mut self) -> Option<Vec<u8>> {
         None
     }
+
+    /// A failure to put in the header over these (real, not default) fields: see [`Partial`].
+    fn failure(&self) -> Option<(StatusCode, String)> {
+        None
+    }
 }
 
 impl<T: Serialize> Fields for T {
@@ -197,6 +202,40 @@ impl<T> std::fmt::Debug for Rendered<T> {
     }
 }
 
+/// A reply message whose header may carry a failure over its real fields, for RPCs that report
+/// per item and are not transactional (ReportEvent: `item_results` has every item's code, the
+/// header the first failure). Described, and defaulted in error replies, as `T`.
+#[derive(Debug, Default)]
+pub struct Partial<T> {
+    pub body: T,
+    pub failure: Option<(StatusCode, String)>,
+}
+
+impl<T: Fields> Fields for Partial<T> {
+    fn write_fields(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        self.body.write_fields(out)
+    }
+
+    fn failure(&self) -> Option<(StatusCode, String)> {
+        self.failure.clone()
+    }
+}
+
+impl<T: PartialSchema> PartialSchema for Partial<T> {
+    fn schema() -> RefOr<Schema> {
+        T::schema()
+    }
+}
+
+impl<T: ToSchema> ToSchema for Partial<T> {
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        T::schemas(schemas)
+    }
+}
+
 impl<T: PartialSchema> PartialSchema for Rendered<T> {
     fn schema() -> RefOr<Schema> {
         T::schema()
@@ -258,7 +297,10 @@ impl<T> From<Result<T, Error>> for Reply<T> {
 impl<T: Fields + Default> IntoResponse for Reply<T> {
     fn into_response(self) -> Response {
         match self.0 {
-            Ok(body) => envelope(Http::OK, StatusCode::OK, "OK".into(), body),
+            Ok(body) => match body.failure() {
+                Some((code, message)) => envelope(Http::OK, code, message, body),
+                None => envelope(Http::OK, StatusCode::OK, "OK".into(), body),
+            },
             Err(e) => {
                 if e.is_out_of_memory() {
                     tracing::error!(error = %e, "request failed: Valkey is out of memory (raise maxmemory or lower quotas)");

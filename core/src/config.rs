@@ -193,6 +193,12 @@ pub struct Config {
     pub write_timeout_default_s: u32,
     pub write_timeout_max_s: u32,
     pub usage_cache_ms: u64,
+    /// ReportEvent: a reporter without a heartbeat this long is hidden from queries.
+    pub event_report_heartbeat_timeout_ms: u64,
+    /// ReportEvent: a reporter without a heartbeat this long is unregistered.
+    pub event_report_cleanup_grace_ms: u64,
+    /// ReportEvent: least time between two committed snapshots of one reporter.
+    pub event_report_snapshot_min_interval_ms: u64,
     pub durability: Durability,
     pub replica_ack_replicas: u32,
     pub replica_ack_timeout_ms: u64,
@@ -522,6 +528,14 @@ impl Config {
         if !self.bootstrap_admin_password_file.is_empty() && self.bootstrap_admin_user.is_empty() {
             return bad("bootstrap_admin_password_file", "needs bootstrap_admin_user");
         }
+        if self.event_report_heartbeat_timeout_ms == 0
+            || self.event_report_cleanup_grace_ms < self.event_report_heartbeat_timeout_ms
+        {
+            return bad(
+                "event_report_cleanup_grace_ms",
+                "must be at least event_report_heartbeat_timeout_ms, which must be positive",
+            );
+        }
         if self.write_timeout_default_s == 0 || self.write_timeout_default_s > self.write_timeout_max_s {
             return bad("write_timeout_default_s", "must be within 1..=write_timeout_max_s");
         }
@@ -594,6 +608,15 @@ impl Config {
             write_timeout_default_s: self.write_timeout_default_s,
             write_timeout_max_s: self.write_timeout_max_s,
             usage_cache_ms: self.usage_cache_ms,
+        }
+    }
+
+    /// Engine-reported cache settings (ReportEvent, GetHostCacheState).
+    pub fn report_settings(&self) -> crate::store::report_event::ReportSettings {
+        crate::store::report_event::ReportSettings {
+            heartbeat_timeout_ms: self.event_report_heartbeat_timeout_ms,
+            cleanup_grace_ms: self.event_report_cleanup_grace_ms,
+            snapshot_min_interval_ms: self.event_report_snapshot_min_interval_ms,
         }
     }
 

@@ -142,6 +142,11 @@ pub struct InstanceKeys {
     pub lease_seq: String,
     /// String: the last evict call's id and reply, for a minute (`lua/evict.lua`).
     pub evict_last: String,
+    /// Hash: engine reporter id (`<storage type>|<host_ip_port>`) → reporter record; `#<idx>` →
+    /// reporter id; `#seq` → last index handed out (`lua/report_event.lua`).
+    pub reporters: String,
+    /// Hash: block key (8 bytes big-endian) → what engines report holding of it.
+    pub engine: String,
 }
 
 impl InstanceKeys {
@@ -163,6 +168,8 @@ impl InstanceKeys {
             lease: k("lease"),
             lease_seq: k("lease_seq"),
             evict_last: k("evict_last"),
+            reporters: k("reporters"),
+            engine: k("engine"),
             prefix,
         }
     }
@@ -194,6 +201,8 @@ impl InstanceKeys {
             &self.sessions,
             &self.seq,
             &self.files,
+            &self.reporters,
+            &self.engine,
         ]
     }
 }

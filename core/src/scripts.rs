@@ -98,6 +98,7 @@ scripts! {
     REDRIVE_DEAD_LETTERS => "redrive_dead_letters.lua",
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
+    REPORT_EVENT => "report_event.lua",
 }
 
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).

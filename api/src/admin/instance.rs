@@ -12,7 +12,8 @@ pub async fn register(State(s): State<AppState>, WireJson(req): WireJson<Registe
     Reply(s.registry.register_instance(&req).await.map(|_| Empty {}))
 }
 
-/// Trims the instance's cache (queueing every block for deletion) before removing it from the
+/// Trims the instance's cache (queueing every block for deletion) and drops what engines
+/// reported holding of it before removing it from the
 /// registry: a crash in between leaves a registered instance with an empty cache, never
 /// unregistered blocks nobody would delete.
 pub async fn remove(
@@ -30,6 +31,9 @@ pub async fn remove(
                 )));
             }
             s.data.trim_cache(&inst, kvcm_core::store::trim_cache::TrimStrategy::TS_REMOVE_ALL_CACHE, 0, 0).await?;
+            // What engines reported holding goes too (it is theirs: nothing to delete but the
+            // metadata; an engine reporting again after a re-registration starts over).
+            s.data.drop_engine_reports(&inst.instance_id).await?;
             s.registry.remove_instance(&req.instance_id, &req.instance_group).await.map(|_| Empty {})
         }
         .await,

@@ -3,6 +3,7 @@
 //! plane's OpenAPI description (see [`crate::openapi`]).
 
 pub mod cache;
+pub mod events;
 pub mod instance;
 
 use crate::openapi::{Plane, Rpcs};
@@ -29,6 +30,12 @@ pub fn rpcs() -> Rpcs {
         .rpc("removeCache", cache::remove_cache, "Remove blocks (deleted in the background)")
         .rpc("trimCache", cache::trim_cache, "Remove all, or a time range of, an instance's blocks")
         .rpc("getClusterInfo", instance::cluster_info, "Who serves: this frontend (kvcm has no leader)")
+        .rpc("reportEvent", events::report_event, "What an engine holds in its own cache tiers (per host)")
+        .rpc(
+            "getHostCacheState",
+            events::get_host_cache_state,
+            "For a prompt, how much of its prefix each live engine host holds (for routers)",
+        )
 }
 
 pub fn router(state: AppState) -> Router {

@@ -19,6 +19,7 @@ pub mod get_cache_meta;
 pub mod maintenance;
 pub mod record;
 pub mod remove_cache;
+pub mod report_event;
 pub mod start_write_cache;
 pub mod trim_cache;
 pub mod usage;

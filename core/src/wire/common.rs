@@ -22,6 +22,13 @@ crate::wire_enum! {
         REACH_MAX_ENTITY_CAPACITY = 7,
         INSTANCE_NOT_EXIST = 8,
         SERVER_NOT_LEADER = 9,
+        /// ReportEvent: the reporter is unregistered (HOST_DOWN, or silent past the grace):
+        /// send NODE_REGISTER first.
+        NODE_NOT_REGISTERED = 10,
+        SNAPSHOT_IN_PROGRESS = 11,
+        /// ReportEvent: a snapshot came sooner than the minimum interval after the last one.
+        SNAPSHOT_RATE_LIMITED = 13,
+        SNAPSHOT_REQUIRED = 14,
         IO_ERROR = 20,
         UNKNOWN_ERROR = 100,
     }
@@ -36,6 +43,11 @@ crate::wire_enum! {
         ST_TAIRMEMPOOL = 3,
         ST_NFS = 4,
         ST_VCNS_3FS = 5,
+        ST_DUMMY = 6,
+        /// A cache tier engines report holding themselves (ReportEvent): host memory…
+        ST_EVENT_REPORT_L1P5 = 7,
+        /// …or a second tier peers can fetch from.
+        ST_EVENT_REPORT_L2 = 8,
     }
 }
 

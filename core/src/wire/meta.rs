@@ -186,3 +186,173 @@ pub struct TrimCacheRequest {
     pub begin_timestamp: i32,
     pub end_timestamp: i32,
 }
+
+crate::wire_enum! {
+    /// `EventItem.event_type` (ReportEvent).
+    pub enum ReportEventType {
+        EVENT_UNSPECIFIED = 0,
+        EVENT_NODE_REGISTER = 1,
+        EVENT_BLOCK_ADD = 2,
+        EVENT_BLOCK_DELETE = 3,
+        EVENT_HOST_DOWN = 4,
+        EVENT_HEARTBEAT = 5,
+        EVENT_BLOCK_SNAPSHOT = 6,
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct NodeRegisterEventParams {
+    /// Cache tiers the reporter holds blocks in ("gpu", "mem", "disk"…).
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub mediums: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct BlockAddEventParams {
+    /// The block key, an int64 in decimal text.
+    pub block_key: String,
+    /// Deprecated in Tair, ignored: use `specs`.
+    pub uri: String,
+    pub medium: String,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub specs: Vec<super::common::LocationSpec>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct BlockDeleteEventParams {
+    pub block_key: String,
+    pub medium: String,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub spec_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct BlockSnapshotItem {
+    pub block_key: String,
+    pub medium: String,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub specs: Vec<super::common::LocationSpec>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct BlockSnapshotEventParams {
+    /// Deprecated in Tair, ignored: each item names its medium.
+    pub medium: String,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub blocks: Vec<BlockSnapshotItem>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct HostDownEventParams {}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct HeartbeatEventParams {
+    /// Free-form status of the reporter (accepted, bounded, not stored).
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub system_status: std::collections::BTreeMap<String, String>,
+}
+
+/// One event: `event_type` and the one payload that matches it (a protobuf oneof).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct EventItem {
+    pub event_type: ReportEventType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_register: Option<NodeRegisterEventParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_add: Option<BlockAddEventParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_delete: Option<BlockDeleteEventParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_down: Option<HostDownEventParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatEventParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_snapshot: Option<BlockSnapshotEventParams>,
+}
+
+/// `ReportEvent`: a reporter (`instance_id` + `storage_type` + `host_ip_port`: one engine's own
+/// cache tier on one host) tells kvcm what it holds (docs/events.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct ReportEventRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+    pub host_ip_port: String,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub events: Vec<EventItem>,
+    /// `ST_EVENT_REPORT_L1P5` or `ST_EVENT_REPORT_L2`.
+    pub storage_type: super::common::StorageType,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct ReportEventResponse {
+    /// Empty when every event succeeded; else one code per event, in order.
+    pub item_results: Vec<super::common::StatusCode>,
+    /// The reporter's committed generation: opaque, compare for equality only ('' if none).
+    pub committed_snapshot_version: String,
+    /// With SNAPSHOT_RATE_LIMITED: how long to wait before the next snapshot.
+    #[serde(with = "super::codec::int64")]
+    #[schema(value_type = Int64)]
+    pub retry_after_ms: i64,
+    /// The reporter had no generation when the request arrived: send a full snapshot.
+    pub snapshot_required: bool,
+    pub extra_info: String,
+}
+
+/// `GetHostCacheState`: for a prompt, how much of its prefix each live engine host holds — the
+/// input a router needs to send it where the prefix already is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetHostCacheStateRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+    /// QT_PREFIX_MATCH (QT_UNSPECIFIED means it too).
+    pub query_type: QueryType,
+    #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
+    pub block_cache_keys: Vec<i64>,
+    /// Only these media count (empty: all).
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub medium: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+#[serde(default)]
+pub struct HostCacheMatch {
+    pub host_ip_port: String,
+    /// Leading blocks the host holds itself (any of its tiers).
+    #[serde(with = "super::codec::int64")]
+    #[schema(value_type = Int64)]
+    pub local: i64,
+    /// Blocks of the prefix past `local` it could fetch from one peer's L2 tier.
+    #[serde(with = "super::codec::int64")]
+    #[schema(value_type = Int64)]
+    pub p2p_1_fetch: i64,
+    /// The prefix it holds with that peer's help (`local` when no peer helps).
+    #[serde(with = "super::codec::int64")]
+    #[schema(value_type = Int64)]
+    pub p2p_1_total_match: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetHostCacheStateResponse {
+    /// Hosts holding at least the first block, by host_ip_port.
+    pub hosts: Vec<HostCacheMatch>,
+}

@@ -68,6 +68,21 @@ function metaPlane(id, run) {
   check(len, { 'getCacheLocationLen: the 4 written blocks match': (r) => r.cache_location_len === '4' });
   const cluster = call('meta', 'getClusterInfo', { instance_id: id }).reply;
   check(cluster, { 'getClusterInfo: this frontend serves (no leader)': (r) => r.leader_node_id === r.self_node_id });
+  // An engine reports what its own GPU tier holds; a router asks who holds the prefix.
+  const host = `smoke-${id}:9600`;
+  const reported = call('meta', 'reportEvent', {
+    instance_id: id, host_ip_port: host, storage_type: 'ST_EVENT_REPORT_L1P5',
+    events: [
+      { event_type: 'EVENT_HEARTBEAT', heartbeat: {} },
+      ...written.slice(0, 2).map((k) => ({
+        event_type: 'EVENT_BLOCK_ADD',
+        block_add: { block_key: String(k), medium: 'gpu', specs: [{ name: 'tp0', uri: `event_report://${host}/gpu/${k}` }] },
+      })),
+    ],
+  }).reply;
+  check(reported, { 'reportEvent: every event OK, a generation started': (r) => r.item_results.length === 0 && r.committed_snapshot_version.length === 32 });
+  const hosts = call('meta', 'getHostCacheState', { instance_id: id, query_type: 'QT_PREFIX_MATCH', block_cache_keys: keys }).reply;
+  check(hosts, { 'getHostCacheState: the reporting host holds the first 2 blocks': (r) => r.hosts.length === 1 && r.hosts[0].local === '2' });
   const meta = call('meta', 'getCacheMeta', { instance_id: id, block_keys: written, detail_level: 1 }).reply;
   check(meta, { 'getCacheMeta: 4 serving blocks': (r) => r.metas.length === 4 && r.metas.every((m) => m.includes('CLS_SERVING')) });
 

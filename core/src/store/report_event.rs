@@ -1,0 +1,520 @@
+//! ReportEvent: what engines report holding in their own cache tiers (docs/events.md). A
+//! reporter is `instance_id + storage_type + host_ip_port`; its liveness, lifecycle epoch,
+//! generation and every block it reports live in the instance's slot (`lua/report_event.lua`),
+//! so any frontend accepts any reporter's events and a restart loses nothing.
+//!
+//! Every field is checked here before the script runs. Request-level faults (a storage type
+//! that is not an event-report one, a bad `host_ip_port`, a forbidden combination of events)
+//! refuse the whole request; an item-level fault (a payload that does not match its
+//! `event_type`, a bad key, medium, spec or URI) fails that item with `INVALID_ARGUMENT` and the
+//! others go on, as in Tair: the request is not a transaction, `item_results` says what happened
+//! to each item.
+
+use super::DataPlane;
+use crate::error::{Error, Result};
+use crate::keys::block_field;
+use crate::limits::Limits;
+use crate::scripts;
+use crate::wire::StatusCode;
+use crate::wire::common::{LocationSpec, StorageType};
+use crate::wire::meta::{EventItem, ReportEventRequest, ReportEventType};
+
+/// Longest medium name ("gpu", "mem", "disk"…).
+pub const MAX_MEDIUM_BYTES: usize = 64;
+/// Longest URI of one reported spec (stored with a 16-bit length).
+pub const MAX_URI_BYTES: usize = 2048;
+/// Longest spec name (stored with an 8-bit length).
+pub const MAX_SPEC_NAME_BYTES: usize = 255;
+/// Longest `host_ip_port`.
+pub const MAX_HOST_BYTES: usize = 255;
+/// Most specs of one reported block (stored with an 8-bit count).
+pub const MAX_SPECS: usize = 255;
+
+/// Liveness and snapshot settings (config keys `event_report_*`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReportSettings {
+    /// A reporter without a heartbeat this long is hidden from queries.
+    pub heartbeat_timeout_ms: u64,
+    /// A reporter without a heartbeat this long is unregistered (its next events need a
+    /// NODE_REGISTER first).
+    pub cleanup_grace_ms: u64,
+    /// Least time between two committed snapshots of one reporter.
+    pub snapshot_min_interval_ms: u64,
+}
+
+/// What a ReportEvent did.
+#[derive(Debug, Clone, Default)]
+pub struct ReportOutcome {
+    /// One code per event, in order.
+    pub codes: Vec<StatusCode>,
+    /// Why each failed item failed (by index), for the header's message.
+    pub reasons: Vec<Option<String>>,
+    pub committed_snapshot_version: String,
+    pub retry_after_ms: i64,
+    pub snapshot_required: bool,
+}
+
+/// The reporter id of a request: `L1P5|<host>` or `L2|<host>`.
+pub fn reporter_id(storage_type: StorageType, host: &str) -> Result<String> {
+    let tier = match storage_type {
+        StorageType::ST_EVENT_REPORT_L1P5 => "L1P5",
+        StorageType::ST_EVENT_REPORT_L2 => "L2",
+        other => {
+            return Err(Error::invalid(format!(
+                "storage_type {} cannot report events; use ST_EVENT_REPORT_L1P5 or ST_EVENT_REPORT_L2",
+                other.name()
+            )));
+        }
+    };
+    if host.is_empty() || host.len() > MAX_HOST_BYTES {
+        return Err(Error::invalid(format!("host_ip_port must have 1..={MAX_HOST_BYTES} bytes, has {}", host.len())));
+    }
+    if host.contains('#') || host.chars().any(char::is_control) || host.contains(' ') {
+        return Err(Error::invalid(format!(
+            "host_ip_port '{}' must not contain '#', spaces or control characters",
+            host.escape_debug()
+        )));
+    }
+    Ok(format!("{tier}|{host}"))
+}
+
+/// One event as the script takes it (see `lua/report_event.lua`), or why the item fails.
+enum Encoded {
+    One(Vec<u8>),
+    Snapshot(Vec<Vec<u8>>),
+}
+
+fn text(field: &str, value: &str, max: usize) -> std::result::Result<(), String> {
+    if value.is_empty() || value.len() > max {
+        return Err(format!("{field} must have 1..={max} bytes, has {}", value.len()));
+    }
+    if value.contains('\0') || value.chars().any(char::is_control) {
+        return Err(format!("{field} '{}' must not contain control characters", value.escape_debug()));
+    }
+    Ok(())
+}
+
+fn block_key(value: &str) -> std::result::Result<[u8; 8], String> {
+    value
+        .trim()
+        .parse::<i64>()
+        .map(block_field)
+        .map_err(|_| format!("block_key '{}' is not an int64 in decimal text", value.escape_debug()))
+}
+
+fn medium(value: &str) -> std::result::Result<(), String> {
+    text("medium", value, MAX_MEDIUM_BYTES)?;
+    if value.contains(',') {
+        return Err(format!("medium '{value}' must not contain ','"));
+    }
+    Ok(())
+}
+
+/// `key medium ('\0' name '\0' uri)*`, checked: specs not empty, names unique, URIs with a
+/// scheme (letters, digits, `+-._`: Tair's own `event_report://` has an underscore) and without
+/// `s_version` (kvcm adds the generation itself).
+fn block_with_specs(
+    key: &str,
+    med: &str,
+    specs: &[LocationSpec],
+    max_specs: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let key = block_key(key)?;
+    medium(med)?;
+    if specs.is_empty() {
+        return Err("specs is empty; a reported block needs at least one spec (name and uri)".into());
+    }
+    let most = max_specs.min(MAX_SPECS);
+    if specs.len() > most {
+        return Err(format!("specs has {} entries; at most {most} are accepted", specs.len()));
+    }
+    let mut out = key.to_vec();
+    out.extend_from_slice(med.as_bytes());
+    let mut seen = std::collections::HashSet::new();
+    for spec in specs {
+        text("spec name", &spec.name, MAX_SPEC_NAME_BYTES)?;
+        if !seen.insert(spec.name.as_str()) {
+            return Err(format!("spec '{}' appears twice; spec names must be unique", spec.name));
+        }
+        text("uri", &spec.uri, MAX_URI_BYTES)?;
+        let scheme_ok = spec.uri.split_once("://").is_some_and(|(scheme, rest)| {
+            !scheme.is_empty()
+                && !rest.is_empty()
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-._".contains(c))
+        });
+        if !scheme_ok || spec.uri.contains(' ') {
+            return Err(format!("uri '{}' of spec '{}' is not a URI (scheme://…)", spec.uri.escape_debug(), spec.name));
+        }
+        let query = spec.uri.split_once('?').map_or("", |(_, q)| q);
+        if query.split('&').any(|p| p == "s_version" || p.starts_with("s_version=")) {
+            return Err(format!("uri of spec '{}' carries s_version; kvcm adds it, leave it out", spec.name));
+        }
+        out.push(0);
+        out.extend_from_slice(spec.name.as_bytes());
+        out.push(0);
+        out.extend_from_slice(spec.uri.as_bytes());
+    }
+    Ok(out)
+}
+
+/// Checks one item and encodes it.
+fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, String> {
+    use ReportEventType as T;
+    let set = [
+        ("node_register", item.node_register.is_some(), T::EVENT_NODE_REGISTER),
+        ("block_add", item.block_add.is_some(), T::EVENT_BLOCK_ADD),
+        ("block_delete", item.block_delete.is_some(), T::EVENT_BLOCK_DELETE),
+        ("host_down", item.host_down.is_some(), T::EVENT_HOST_DOWN),
+        ("heartbeat", item.heartbeat.is_some(), T::EVENT_HEARTBEAT),
+        ("block_snapshot", item.block_snapshot.is_some(), T::EVENT_BLOCK_SNAPSHOT),
+    ];
+    let present: Vec<_> = set.iter().filter(|(_, on, _)| *on).collect();
+    match present.as_slice() {
+        [(_, _, t)] if *t == item.event_type => {}
+        [] => {
+            return Err(format!(
+                "event_type {} needs its payload (an empty message is still set: e.g. \"heartbeat\": {{}})",
+                item.event_type.name()
+            ));
+        }
+        [(name, _, _)] => {
+            return Err(format!("event_type {} does not match the payload {name}", item.event_type.name()));
+        }
+        _ => return Err("an event carries exactly one payload".into()),
+    }
+    match item.event_type {
+        T::EVENT_NODE_REGISTER => {
+            let mediums = &item.node_register.as_ref().expect("matched").mediums;
+            limits.count("mediums", mediums.len(), 64, "at most 64 mediums").map_err(|e| e.to_string())?;
+            let mut out = b"R".to_vec();
+            for (i, m) in mediums.iter().enumerate() {
+                medium(m)?;
+                if i > 0 {
+                    out.push(0);
+                }
+                out.extend_from_slice(m.as_bytes());
+            }
+            Ok(Encoded::One(out))
+        }
+        T::EVENT_HEARTBEAT => {
+            let status = &item.heartbeat.as_ref().expect("matched").system_status;
+            if status.len() > 64 {
+                return Err(format!("system_status has {} entries; at most 64 are accepted", status.len()));
+            }
+            for (k, v) in status {
+                limits.string("system_status key", k).map_err(|e| e.to_string())?;
+                limits.string("system_status value", v).map_err(|e| e.to_string())?;
+            }
+            Ok(Encoded::One(b"H".to_vec()))
+        }
+        T::EVENT_HOST_DOWN => Ok(Encoded::One(b"X".to_vec())),
+        T::EVENT_BLOCK_ADD => {
+            let p = item.block_add.as_ref().expect("matched");
+            let mut out = b"A".to_vec();
+            out.extend(block_with_specs(&p.block_key, &p.medium, &p.specs, limits.max_specs_per_instance)?);
+            Ok(Encoded::One(out))
+        }
+        T::EVENT_BLOCK_DELETE => {
+            let p = item.block_delete.as_ref().expect("matched");
+            let mut out = b"D".to_vec();
+            out.extend(block_key(&p.block_key)?);
+            medium(&p.medium)?;
+            out.extend_from_slice(p.medium.as_bytes());
+            if p.spec_names.is_empty() {
+                return Err("spec_names is empty; name the specs to delete".into());
+            }
+            if p.spec_names.len() > MAX_SPECS {
+                return Err(format!("spec_names has {} entries; at most {MAX_SPECS} are accepted", p.spec_names.len()));
+            }
+            for name in &p.spec_names {
+                text("spec name", name, MAX_SPEC_NAME_BYTES)?;
+                out.push(0);
+                out.extend_from_slice(name.as_bytes());
+            }
+            Ok(Encoded::One(out))
+        }
+        T::EVENT_BLOCK_SNAPSHOT => {
+            let p = item.block_snapshot.as_ref().expect("matched");
+            let mut seen = std::collections::HashSet::new();
+            let mut items = Vec::with_capacity(p.blocks.len());
+            for b in &p.blocks {
+                let encoded = block_with_specs(&b.block_key, &b.medium, &b.specs, limits.max_specs_per_instance)?;
+                if !seen.insert((b.block_key.trim().to_string(), b.medium.clone())) {
+                    return Err(format!(
+                        "block {} medium {} appears twice in the snapshot; each appears once with all its specs",
+                        b.block_key, b.medium
+                    ));
+                }
+                items.push(encoded);
+            }
+            Ok(Encoded::Snapshot(items))
+        }
+        T::EVENT_UNSPECIFIED => Err("event_type is EVENT_UNSPECIFIED".into()),
+    }
+}
+
+/// Request-level rules, checked before anything is written: at most one snapshot, never with
+/// block adds or deletes; HOST_DOWN alone.
+fn composition(events: &[EventItem]) -> Result<()> {
+    let count = |t: ReportEventType| events.iter().filter(|e| e.event_type == t).count();
+    let snapshots = count(ReportEventType::EVENT_BLOCK_SNAPSHOT);
+    if snapshots > 1 {
+        return Err(Error::invalid("a request carries at most one EVENT_BLOCK_SNAPSHOT"));
+    }
+    if snapshots == 1 && (count(ReportEventType::EVENT_BLOCK_ADD) + count(ReportEventType::EVENT_BLOCK_DELETE)) > 0 {
+        return Err(Error::invalid(
+            "EVENT_BLOCK_SNAPSHOT cannot share a request with EVENT_BLOCK_ADD or EVENT_BLOCK_DELETE",
+        ));
+    }
+    if count(ReportEventType::EVENT_HOST_DOWN) > 0 && events.len() > 1 {
+        return Err(Error::invalid("EVENT_HOST_DOWN must be alone in its request"));
+    }
+    Ok(())
+}
+
+impl DataPlane {
+    /// Applies one ReportEvent request for the (registered) instance `instance_id`.
+    pub async fn report_event(
+        &self,
+        instance_id: &str,
+        req: &ReportEventRequest,
+        settings: ReportSettings,
+        limits: &Limits,
+    ) -> Result<ReportOutcome> {
+        let reporter = reporter_id(req.storage_type, &req.host_ip_port)?;
+        limits.count("events", req.events.len(), limits.max_keys_per_request, "max_keys_per_request")?;
+        let items: usize =
+            req.events.iter().map(|e| e.block_snapshot.as_ref().map_or(1, |s| s.blocks.len().max(1))).sum();
+        limits.count("events and snapshot blocks", items, limits.max_keys_per_request, "max_keys_per_request")?;
+        composition(&req.events)?;
+        let mut out = ReportOutcome {
+            codes: vec![StatusCode::OK; req.events.len()],
+            reasons: vec![None; req.events.len()],
+            ..Default::default()
+        };
+        if req.events.is_empty() {
+            return Ok(out);
+        }
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        let mut sent = Vec::new();
+        for (i, item) in req.events.iter().enumerate() {
+            match encode(item, limits) {
+                Ok(Encoded::One(bytes)) => {
+                    args.push(bytes);
+                    sent.push(i);
+                }
+                Ok(Encoded::Snapshot(blocks)) => {
+                    args.push(format!("S{}", blocks.len()).into_bytes());
+                    args.extend(blocks);
+                    sent.push(i);
+                }
+                Err(why) => {
+                    out.codes[i] = StatusCode::INVALID_ARGUMENT;
+                    out.reasons[i] = Some(format!("event {i}: {why}"));
+                }
+            }
+        }
+        if sent.is_empty() {
+            return Ok(out);
+        }
+        let keys = self.keys(instance_id);
+        let (grace, interval) = (settings.cleanup_grace_ms.to_string(), settings.snapshot_min_interval_ms.to_string());
+        let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let mut argv: Vec<&[u8]> = vec![reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()];
+        argv.extend(args.iter().map(Vec::as_slice));
+        let reply = self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine], &argv).await?;
+        let mut it = reply.into_iter();
+        let mut next = || it.next().ok_or_else(|| Error::internal("report_event: short reply"));
+        let codes: Vec<u8> = redis::from_redis_value(next()?)?;
+        out.committed_snapshot_version = redis::from_redis_value(next()?)?;
+        out.retry_after_ms = redis::from_redis_value(next()?)?;
+        out.snapshot_required = redis::from_redis_value::<i64>(next()?)? == 1;
+        if codes.len() != sent.len() {
+            return Err(Error::internal(format!("report_event: {} codes for {} events", codes.len(), sent.len())));
+        }
+        for (&i, &code) in sent.iter().zip(&codes) {
+            let code = StatusCode::from_number(code as i64).unwrap_or(StatusCode::INTERNAL_ERROR);
+            out.codes[i] = code;
+            out.reasons[i] = match code {
+                StatusCode::OK => None,
+                StatusCode::NODE_NOT_REGISTERED => Some(format!(
+                    "event {i}: reporter {reporter} is not registered (HOST_DOWN, or no heartbeat for {} ms): send EVENT_NODE_REGISTER first",
+                    settings.cleanup_grace_ms
+                )),
+                StatusCode::SNAPSHOT_RATE_LIMITED => Some(format!(
+                    "event {i}: the last snapshot of {reporter} committed less than {} ms ago; retry after {} ms",
+                    settings.snapshot_min_interval_ms, out.retry_after_ms
+                )),
+                StatusCode::REACH_MAX_ENTITY_CAPACITY => {
+                    Some(format!("event {i}: the instance has 65,535 reporters already"))
+                }
+                other => Some(format!("event {i}: {}", other.name())),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Drops every engine-reported block and reporter of an instance (removeInstance).
+    pub async fn drop_engine_reports(&self, instance_id: &str) -> Result<()> {
+        let keys = self.keys(instance_id);
+        let _: () = redis::cmd("DEL").arg(&keys.reporters).arg(&keys.engine).query_async(&mut self.conn()).await?;
+        Ok(())
+    }
+}
+
+/// A reporter as a query sees it.
+#[derive(Debug, Clone)]
+struct Reporter {
+    host: String,
+    l2: bool,
+    /// Live: active, heard from within the heartbeat timeout.
+    live: bool,
+    epoch: u32,
+    generation: u32,
+    strict: bool,
+}
+
+/// Decodes a reporter record (`lua/report_event.lua`); `None` if malformed.
+fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Reporter> {
+    let id = std::str::from_utf8(id).ok()?;
+    let (tier, host) = id.split_once('|')?;
+    let state = *raw.first()?;
+    let idx_epoch = raw.get(1..7)?;
+    let epoch = u32::from_le_bytes(idx_epoch[2..6].try_into().ok()?);
+    let hb = f64::from_le_bytes(raw.get(7..15)?.try_into().ok()?);
+    let generation = u32::from_le_bytes(raw.get(23..27)?.try_into().ok()?);
+    let strict = *raw.get(27)? == b'1';
+    Some(Reporter {
+        host: host.to_string(),
+        l2: tier == "L2",
+        live: state == b'A' && now_ms - hb <= timeout_ms as f64,
+        epoch,
+        generation,
+        strict,
+    })
+}
+
+/// The reporter indexes whose entries for a block are visible, with whether each entry is in
+/// one of `mediums` (all when empty). Calls `f(idx)` for each visible entry.
+fn visible_entries(
+    raw: &[u8],
+    reporters: &std::collections::HashMap<u16, Reporter>,
+    mediums: &[String],
+    mut f: impl FnMut(u16),
+) {
+    let mut p = 0;
+    while p + 11 <= raw.len() {
+        let idx = u16::from_le_bytes([raw[p], raw[p + 1]]);
+        let epoch = u32::from_le_bytes(raw[p + 2..p + 6].try_into().expect("4 bytes"));
+        let generation = u32::from_le_bytes(raw[p + 6..p + 10].try_into().expect("4 bytes"));
+        let mlen = raw[p + 10] as usize;
+        p += 11;
+        let Some(medium) = raw.get(p..p + mlen) else { return };
+        p += mlen;
+        let Some(&n) = raw.get(p) else { return };
+        p += 1;
+        for _ in 0..n {
+            let Some(&nl) = raw.get(p) else { return };
+            p += 1 + nl as usize;
+            let Some(ul) = raw.get(p..p + 2) else { return };
+            p += 2 + u16::from_le_bytes([ul[0], ul[1]]) as usize;
+        }
+        if p > raw.len() || n == 0 {
+            return;
+        }
+        let Some(r) = reporters.get(&idx) else { continue };
+        let current = r.live && r.epoch == epoch && (!r.strict || r.generation == generation);
+        if current && (mediums.is_empty() || mediums.iter().any(|m| m.as_bytes() == medium)) {
+            f(idx);
+        }
+    }
+}
+
+impl DataPlane {
+    /// GetHostCacheState: for the prompt `blocks`, each live host holding at least its first
+    /// block, with its own leading blocks (`local`, L1P5 and L2 tiers alike) and what one peer's
+    /// L2 tier would add (`p2p_1_*`: the peer giving the longest prefix, ties to the smaller
+    /// host). One round trip: the reporters and the blocks' entries in one pipeline.
+    pub async fn host_cache_state(
+        &self,
+        instance_id: &str,
+        blocks: &[i64],
+        mediums: &[String],
+        settings: ReportSettings,
+    ) -> Result<Vec<crate::wire::meta::HostCacheMatch>> {
+        use std::collections::{BTreeMap, HashMap};
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(instance_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
+        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
+        for b in blocks {
+            hmget.arg(&block_field(*b)[..]);
+        }
+        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
+            pipe.query_async(&mut self.conn()).await?;
+        let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
+        // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
+        let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let mut reporters = HashMap::new();
+        for (field, id) in &all {
+            let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            if let Some(r) =
+                records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, settings.heartbeat_timeout_ms))
+            {
+                reporters.insert(idx, r);
+            }
+        }
+        // Per host: which blocks it holds (any tier) and which it holds in L2, up to the first
+        // block nobody holds.
+        let mut held: BTreeMap<&str, (Vec<bool>, Vec<bool>)> = BTreeMap::new();
+        let n = blocks.len();
+        for (i, raw) in entries.iter().enumerate() {
+            let mut any = false;
+            if let Some(raw) = raw {
+                visible_entries(raw, &reporters, mediums, |idx| {
+                    let r = &reporters[&idx];
+                    let (all, l2) = held.entry(r.host.as_str()).or_insert_with(|| (vec![false; n], vec![false; n]));
+                    all[i] = true;
+                    l2[i] |= r.l2;
+                    any = true;
+                });
+            }
+            if !any {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for (host, (own, _)) in &held {
+            let local = own.iter().take_while(|h| **h).count();
+            if local == 0 {
+                continue;
+            }
+            // One peer's L2 tier filling the host's gaps: the longest prefix wins.
+            let (mut total, mut fetch) = (local, 0);
+            for (peer, (_, l2)) in &held {
+                if peer == host {
+                    continue;
+                }
+                let reach = (0..n).take_while(|&i| own[i] || l2[i]).count();
+                if reach > total {
+                    total = reach;
+                    fetch = (0..reach).filter(|&i| !own[i]).count();
+                }
+            }
+            out.push(crate::wire::meta::HostCacheMatch {
+                host_ip_port: host.to_string(),
+                local: local as i64,
+                p2p_1_fetch: fetch as i64,
+                p2p_1_total_match: total as i64,
+            });
+        }
+        Ok(out)
+    }
+}

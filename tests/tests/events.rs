@@ -1,0 +1,325 @@
+//! Engine-reported cache tiers (issue 14, docs/events.md): reportEvent's events and
+//! request-composition rules, generations and snapshots, liveness by heartbeat, a reporter's
+//! state surviving the frontend that took its events, getHostCacheState across several hosts
+//! (Tair's own integration case), quotas untouched, over HTTP and gRPC.
+
+use kvcm_tests::*;
+use serde_json::{Value, json};
+
+fn add(key: i64, medium: &str, specs: &[(&str, &str)]) -> Value {
+    let specs: Vec<Value> = specs.iter().map(|(n, u)| json!({"name": n, "uri": u})).collect();
+    json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": key.to_string(), "medium": medium, "specs": specs}})
+}
+
+fn delete(key: i64, medium: &str, names: &[&str]) -> Value {
+    json!({"event_type": "EVENT_BLOCK_DELETE", "block_delete": {"block_key": key.to_string(), "medium": medium, "spec_names": names}})
+}
+
+fn heartbeat() -> Value {
+    json!({"event_type": "EVENT_HEARTBEAT", "heartbeat": {}})
+}
+
+fn register(mediums: &[&str]) -> Value {
+    json!({"event_type": "EVENT_NODE_REGISTER", "node_register": {"mediums": mediums}})
+}
+
+fn snapshot(blocks: &[(i64, &str)]) -> Value {
+    let blocks: Vec<Value> = blocks
+        .iter()
+        .map(|(k, m)| json!({"block_key": k.to_string(), "medium": m, "specs": [{"name": "tp0", "uri": format!("event_report://h/{m}/{k}")}]}))
+        .collect();
+    json!({"event_type": "EVENT_BLOCK_SNAPSHOT", "block_snapshot": {"blocks": blocks}})
+}
+
+async fn report(api: &Api, instance: &str, tier: &str, host: &str, events: Vec<Value>) -> Value {
+    let (http, r) = api
+        .meta(
+            "reportEvent",
+            json!({"instance_id": instance, "host_ip_port": host, "storage_type": tier, "events": events}),
+        )
+        .await;
+    assert_eq!(http, 200, "{r}");
+    r
+}
+
+/// getHostCacheState of `keys`: (host, local, p2p_1_fetch, p2p_1_total_match) per host.
+async fn hosts(api: &Api, instance: &str, keys: &[i64], medium: &[&str]) -> Vec<(String, i64, i64, i64)> {
+    let (_, r) = api
+        .meta(
+            "getHostCacheState",
+            json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_cache_keys": keys, "medium": medium}),
+        )
+        .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let n = |v: &Value| v.as_str().and_then(|s| s.parse().ok()).or(v.as_i64()).unwrap_or(-1);
+    r["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["host_ip_port"].as_str().unwrap().to_string(),
+                n(&h["local"]),
+                n(&h["p2p_1_fetch"]),
+                n(&h["p2p_1_total_match"]),
+            )
+        })
+        .collect()
+}
+
+fn uri(host: &str, key: i64) -> String {
+    format!("event_report://{host}/gpu/{key}?size=4096")
+}
+
+#[tokio::test]
+async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let keys = [10000, 10001, 10002, 10003];
+    // Tair's integration case (test_report_event.py, test_18): A holds {0,1} in L1P5 and
+    // {0,3} in L2; B {0,2} and {0,1,3}; C {0} in L2.
+    for (host, l1, l2) in
+        [("A:1", vec![0, 1], vec![0, 3]), ("B:1", vec![0, 2], vec![0, 1, 3]), ("C:1", vec![], vec![0])]
+    {
+        for (tier, held) in [("ST_EVENT_REPORT_L1P5", &l1), ("ST_EVENT_REPORT_L2", &l2)] {
+            if held.is_empty() {
+                continue;
+            }
+            let mut events = vec![heartbeat()];
+            events.extend(held.iter().map(|&i| add(keys[i], "gpu", &[("tp0", &uri(host, keys[i]))])));
+            let r = report(api, inst, tier, host, events).await;
+            assert_eq!(code(&r), "OK", "{r}");
+            assert_eq!(r["item_results"], json!([]), "{r}");
+            assert_eq!(r["committed_snapshot_version"].as_str().unwrap().len(), 32, "{r}");
+            assert_eq!(r["snapshot_required"], json!(true), "a new reporter has no generation: {r}");
+        }
+    }
+    // By host, not by type: A has 0,1 (local 2; nobody's L2 has 2); B all four; C only 0, and
+    // B's L2 adds 1 (then 2 is missing everywhere C could fetch from).
+    assert_eq!(
+        hosts(api, inst, &keys, &[]).await,
+        vec![("A:1".into(), 2, 0, 2), ("B:1".into(), 4, 0, 4), ("C:1".into(), 1, 1, 2)]
+    );
+    // A medium filter; a host without the first block is not listed; no match is an empty list.
+    assert!(hosts(api, inst, &keys, &["disk"]).await.is_empty());
+    assert_eq!(hosts(api, inst, &keys[1..], &[]).await, vec![("A:1".into(), 1, 0, 1), ("B:1".into(), 3, 0, 3)]);
+    assert!(hosts(api, inst, &[1, 2, 3], &[]).await.is_empty());
+    // The same over gRPC.
+    let g = api
+        .grpc_meta(
+            "GetHostCacheState",
+            json!({"instance_id": inst, "query_type": "QT_PREFIX_MATCH", "block_cache_keys": keys}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(g["hosts"].as_array().map(Vec::len), Some(3), "{g}");
+    // Engine-reported blocks are the engines': no usage, no block records, nothing for the
+    // reclaimer's indexes (so no quota counts them and no eviction touches them).
+    let mut c = valkey().await;
+    for name in ["usage", "blocks", "lru", "lfu"] {
+        let key = instance_key(&api.namespace, inst, name);
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut c).await.unwrap();
+        assert_eq!(exists, 0, "{key} exists");
+    }
+    let engine = instance_key(&api.namespace, inst, "engine");
+    let reported: i64 = redis::cmd("HLEN").arg(&engine).query_async(&mut c).await.unwrap();
+    assert_eq!(reported, 4, "one field per reported block");
+    // removeInstance drops what engines reported with the instance.
+    assert_ok(&api.admin("removeInstance", json!({"instance_id": inst})).await);
+    for name in ["engine", "reporters"] {
+        let exists: i64 =
+            redis::cmd("EXISTS").arg(instance_key(&api.namespace, inst, name)).query_async(&mut c).await.unwrap();
+        assert_eq!(exists, 0, "{name} after removeInstance");
+    }
+}
+
+#[tokio::test]
+async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let r =
+        report(api, inst, l1, "h:1", vec![register(&["gpu"]), add(1, "gpu", &[("tp0", &uri("h:1", 1))]), heartbeat()])
+            .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let version = r["committed_snapshot_version"].clone();
+    // A second spec merges in; deleting one spec keeps the block; deleting a missing one is OK.
+    let r = report(
+        api,
+        inst,
+        l1,
+        "h:1",
+        vec![add(1, "gpu", &[("tp1", &uri("h:1", 1))]), add(2, "gpu", &[("tp0", "x://y")])],
+    )
+    .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["committed_snapshot_version"], version, "the generation holds until a snapshot: {r}");
+    assert_eq!(r["snapshot_required"], json!(false), "{r}");
+    assert_eq!(hosts(api, inst, &[1, 2], &[]).await, vec![("h:1".into(), 2, 0, 2)]);
+    let r = report(api, inst, l1, "h:1", vec![delete(1, "gpu", &["tp0"]), delete(9, "gpu", &["tp0"])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[1, 2], &[]).await, vec![("h:1".into(), 2, 0, 2)], "tp1 still holds block 1");
+    let r = report(api, inst, l1, "h:1", vec![delete(1, "gpu", &["tp1"])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert!(hosts(api, inst, &[1, 2], &[]).await.is_empty(), "block 1 has no spec left");
+
+    // HOST_DOWN: gone at once; its events then need a NODE_REGISTER, which starts over.
+    let r = report(api, inst, l1, "h:1", vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert!(hosts(api, inst, &[2], &[]).await.is_empty());
+    let r = report(api, inst, l1, "h:1", vec![heartbeat(), add(3, "gpu", &[("tp0", "x://y")])]).await;
+    assert_eq!(code(&r), "NODE_NOT_REGISTERED", "{r}");
+    assert_eq!(r["item_results"], json!(["NODE_NOT_REGISTERED", "NODE_NOT_REGISTERED"]), "{r}");
+    assert!(message(&r).contains("EVENT_NODE_REGISTER"), "{r}");
+    let r = report(api, inst, l1, "h:1", vec![register(&[]), heartbeat()]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["committed_snapshot_version"], json!(""), "a new lifecycle has no generation: {r}");
+    assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "nothing from before HOST_DOWN comes back");
+}
+
+#[tokio::test]
+async fn bad_items_fail_alone_and_bad_requests_change_nothing() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l2 = "ST_EVENT_REPORT_L2";
+    // Item-level faults fail that item only; the header carries the first failure.
+    let mismatched = json!({"event_type": "EVENT_BLOCK_ADD", "heartbeat": {}});
+    let r = report(
+        api,
+        inst,
+        l2,
+        "h:2",
+        vec![
+            heartbeat(),
+            mismatched,
+            add(5, "gpu", &[("tp0", "no scheme")]),
+            add(6, "gpu", &[("tp0", "x://y?s_version=abc")]),
+            add(7, "gpu", &[]),
+            json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "seven", "medium": "gpu", "specs": [{"name": "tp0", "uri": "x://y"}]}}),
+            add(8, "gpu", &[("tp0", "x://y")]),
+        ],
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    assert!(message(&r).starts_with("event 1: event_type EVENT_BLOCK_ADD does not match the payload heartbeat"), "{r}");
+    assert_eq!(
+        r["item_results"],
+        json!([
+            "OK",
+            "INVALID_ARGUMENT",
+            "INVALID_ARGUMENT",
+            "INVALID_ARGUMENT",
+            "INVALID_ARGUMENT",
+            "INVALID_ARGUMENT",
+            "OK"
+        ]),
+        "{r}"
+    );
+    assert_eq!(hosts(api, inst, &[8], &[]).await, vec![("h:2".into(), 1, 0, 1)]);
+    // Request-level faults refuse everything before anything is written.
+    for (events, why) in [
+        (vec![snapshot(&[(1, "gpu")]), snapshot(&[(2, "gpu")])], "at most one"),
+        (vec![snapshot(&[(1, "gpu")]), add(9, "gpu", &[("tp0", "x://y")])], "cannot share"),
+        (vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}}), heartbeat()], "alone"),
+    ] {
+        let r = report(api, inst, l2, "h:2", events).await;
+        assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+        assert!(message(&r).contains(why), "{r}");
+    }
+    for (tier, host, why) in [("ST_NFS", "h:2", "cannot report events"), (l2, "", "host_ip_port"), (l2, "a#b", "'#'")] {
+        let r = report(api, inst, tier, host, vec![heartbeat()]).await;
+        assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+        assert!(message(&r).contains(why), "{r}");
+    }
+    assert_eq!(hosts(api, inst, &[8, 9], &[]).await, vec![("h:2".into(), 1, 0, 1)], "block 9 was never written");
+    // Unknown instances and oversized requests.
+    let r = report(api, "nobody", l2, "h:2", vec![heartbeat()]).await;
+    assert_eq!(code(&r), "INSTANCE_NOT_EXIST", "{r}");
+    let many: Vec<Value> = (0..20_000).map(|_| heartbeat()).collect();
+    let r = report(api, inst, l2, "h:2", many).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    assert!(message(&r).contains("max_keys_per_request"), "{r}");
+}
+
+#[tokio::test]
+async fn snapshots_replace_the_set_are_rate_limited_and_survive_the_frontend() {
+    let ns = unique("events");
+    let api = Api::start_with(&ns, &[("KVCM_EVENT_REPORT_SNAPSHOT_MIN_INTERVAL_MS", "1500")]);
+    let fx = Fixture::on(api, &[("tp0", 64)], 1, json!({})).await;
+    let instance = fx.instance.clone();
+    let (api, inst) = (&fx.api, instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let r = report(
+        api,
+        inst,
+        l1,
+        "s:1",
+        vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")]), add(2, "gpu", &[("tp0", "x://2")])],
+    )
+    .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let first = r["committed_snapshot_version"].as_str().unwrap().to_string();
+    // The snapshot is the whole set: block 2 is left out, block 3 comes in, and the version
+    // changes (a strict fence from now on).
+    let r = report(api, inst, l1, "s:1", vec![snapshot(&[(1, "gpu"), (3, "gpu")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let second = r["committed_snapshot_version"].as_str().unwrap().to_string();
+    assert!(second.len() == 32 && second != first, "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await, vec![("s:1".into(), 1, 0, 1)]);
+    assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "left out of the snapshot");
+    assert_eq!(hosts(api, inst, &[3], &[]).await, vec![("s:1".into(), 1, 0, 1)]);
+    // Too soon: refused with how long to wait; nothing changes.
+    let r = report(api, inst, l1, "s:1", vec![snapshot(&[])]).await;
+    assert_eq!(code(&r), "SNAPSHOT_RATE_LIMITED", "{r}");
+    let wait: i64 = r["retry_after_ms"].as_str().unwrap().parse().unwrap();
+    assert!((1..=1500).contains(&wait), "{r}");
+    assert_eq!(r["committed_snapshot_version"], json!(second), "{r}");
+    // The frontend goes away; another (a restart, a second replica behind the load balancer)
+    // sees the same reporter: same version, the same blocks, nothing stale back.
+    drop(fx);
+    let other = Api::start_with(&ns, &[("KVCM_EVENT_REPORT_SNAPSHOT_MIN_INTERVAL_MS", "1500")]);
+    let r = report(&other, inst, l1, "s:1", vec![add(4, "gpu", &[("tp0", "x://4")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["committed_snapshot_version"], json!(second), "{r}");
+    assert_eq!(hosts(&other, inst, &[1], &[]).await, vec![("s:1".into(), 1, 0, 1)]);
+    assert!(hosts(&other, inst, &[2], &[]).await.is_empty());
+    assert_eq!(
+        hosts(&other, inst, &[4], &[]).await,
+        vec![("s:1".into(), 1, 0, 1)],
+        "an add after the snapshot is current"
+    );
+    // After the interval, an empty snapshot clears the reporter.
+    tokio::time::sleep(std::time::Duration::from_millis(wait as u64 + 50)).await;
+    let r = report(&other, inst, l1, "s:1", vec![snapshot(&[])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    for k in [1, 3, 4] {
+        assert!(hosts(&other, inst, &[k], &[]).await.is_empty(), "block {k} after an empty snapshot");
+    }
+}
+
+#[tokio::test]
+async fn a_silent_reporter_is_hidden_then_unregistered() {
+    let ns = unique("events");
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "1200")];
+    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let r = report(api, inst, l1, "q:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await.len(), 1);
+    // Past the heartbeat timeout: hidden. A heartbeat within the grace brings it back.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "no heartbeat for 600 ms");
+    let r = report(api, inst, l1, "q:1", vec![heartbeat()]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await.len(), 1, "a heartbeat within the grace recovers");
+    // Past the grace: unregistered; a heartbeat is refused until it registers again, and
+    // what it held before does not come back.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let r = report(api, inst, l1, "q:1", vec![heartbeat()]).await;
+    assert_eq!(code(&r), "NODE_NOT_REGISTERED", "{r}");
+    let r = report(api, inst, l1, "q:1", vec![register(&["gpu"]), heartbeat()]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "blocks from the last lifecycle stay hidden");
+}
