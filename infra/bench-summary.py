@@ -155,6 +155,30 @@ def main(records_path, md_path, json_path):
             f"{r['in_flight_blocks']}, errors {r['errors'] or 'none'}; back-pressure {r['backpressure_pauses']} pauses "
             f"({(r['backpressure_paused_ms'] or 0) / 1000:.1f} s); wall {r['wall_seconds']:.0f} s.",
         ]
+    # Engine-reported cache tiers, next to Tair KVCM's published figures (docs/benchmarks.md).
+    tair_add = {100: (1.55, 1.56), 1000: (9.41, 10.16), 5000: (43.88, 48.14), 20000: (171.52, 202.26)}
+    tair_state = {100: 0.67, 1000: 1.78, 5000: 6.71, 20000: 25.5}
+    adds, states, emem = by("events_add"), by("events_host_state"), by("events_memory")
+    s["events"] = {"add": adds, "host_state": states, "memory": emem}
+    if adds or states:
+        lines += [
+            "",
+            "Engine-reported cache tiers (`kvcm-bench events`), Tair's published figures beside them:",
+            "",
+            "| blocks | reportEvent adds: create / update | Tair | getHostCacheState p50 / p99 | Tair p50 |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for n in sorted({r["blocks"] for r in adds + states}):
+            a = next((r for r in adds if r["blocks"] == n), None)
+            h = next((r for r in states if r["blocks"] == n), None)
+            ta, th = tair_add.get(n), tair_state.get(n)
+            lines.append(
+                f"| {n:,} | {f(a and a['create_ms'], '{:.2f}')} / {f(a and a['update_ms'], '{:.2f}')} ms "
+                f"| {f(ta and ta[0], '{:.2f}')} / {f(ta and ta[1], '{:.2f}')} ms "
+                f"| {f(h and h['p50_ms'])} / {f(h and h['p99_ms'])} ms | {f(th, '{:.2f}')} ms |"
+            )
+        if emem:
+            lines.append(f"\nValkey memory per engine-reported block: {emem[0]['bytes_per_block']:.1f} bytes.")
     open(md_path, "w").write("\n".join(lines) + "\n")
 
 

@@ -9,7 +9,8 @@
 #   3. breakdown: a serial read's time layer by layer (HMGET on the node, through the cluster
 #      client, the data plane, HTTP), and peer: kvcm vs Mooncake store master, serial, 128 and
 #      1,024 keys, alternating rounds;
-#   4. memory per block;
+#   4. memory per block; engine-reported cache tiers (reportEvent adds, getHostCacheState, memory
+#      per reported block) next to Tair's published figures;
 #   5. kvcm-replay --setup of the shared trace against a kvcm-api + kvcm-worker (processes), next
 #      to the optimizer's prediction.
 #
@@ -95,6 +96,9 @@ kill -TERM "$mc_pid" 2>/dev/null || true
 
 log "memory per block ($blocks blocks)"
 bench memory --blocks "$blocks" --specs 1
+
+log "engine-reported cache tiers: reportEvent adds, getHostCacheState (Tair's published figures beside them in docs/benchmarks.md)"
+bench events --rounds 3 --requests 200
 
 log "replay of $(basename "$trace") at 10% capacity, ${speedup}× speed-up, with a worker"
 ns="bench-replay-$(date +%s)"

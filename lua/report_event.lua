@@ -13,10 +13,12 @@
 --   'R' medium '\0' medium ...               NODE_REGISTER
 --   'H'                                      HEARTBEAT
 --   'X'                                      HOST_DOWN (alone in its request)
---   'A' key(8) medium '\0' name '\0' uri ... BLOCK_ADD (specs as name/uri pairs)
+--   'A' key(8) tail                          BLOCK_ADD; `tail` is the stored form of the entry
+--                                            after its 10-byte header (medium length u8 |
+--                                            medium | spec count u8 | specs), below
 --   'D' key(8) medium '\0' name '\0' name... BLOCK_DELETE (spec names)
 --   'S' count                                BLOCK_SNAPSHOT, its `count` items in the next
---                                            arguments: key(8) medium '\0' name '\0' uri ...
+--                                            arguments: key(8) tail
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u16 | epoch u32 (+1 at every new lifecycle: entries of older epochs are invisible)
@@ -85,35 +87,50 @@ local function merge_mediums(list)
   end
 end
 
--- Entries of one block: decoded lazily per block, written back once at the end.
-local blocks, dirty = {}, {}
-local function entries(key)
-  local e = blocks[key]
-  if e then return e end
-  e = {}
-  local raw = redis.call('HGET', ENG, key)
+-- Entries of one block: decoded lazily per block, written back once at the end. `raw` holds
+-- every touched block's stored value (prefetched in a few HMGETs, false = none); `fresh` the
+-- new value of a block that had none, built without decoding (the common case of an add).
+local blocks, dirty, raw, fresh = {}, {}, {}, {}
+local function decode(bytes, into)
   local p = 1
-  while raw and p <= #raw do
-    local idx, epoch, gen, mlen = struct.unpack('<I2I4I4B', raw, p)
+  while bytes and p <= #bytes do
+    local idx, epoch, gen, mlen = struct.unpack('<I2I4I4B', bytes, p)
     p = p + 11
-    local medium = raw:sub(p, p + mlen - 1)
+    local medium = bytes:sub(p, p + mlen - 1)
     p = p + mlen
-    local n = raw:byte(p)
+    local n = bytes:byte(p)
     p = p + 1
     local specs, order = {}, {}
     for _ = 1, n do
-      local nl = raw:byte(p)
-      local name = raw:sub(p + 1, p + nl)
+      local nl = bytes:byte(p)
+      local name = bytes:sub(p + 1, p + nl)
       p = p + 1 + nl
-      local ul = struct.unpack('<I2', raw, p)
-      specs[name] = raw:sub(p + 2, p + 1 + ul)
+      local ul = struct.unpack('<I2', bytes, p)
+      specs[name] = bytes:sub(p + 2, p + 1 + ul)
       order[#order + 1] = name
       p = p + 2 + ul
     end
-    e[#e + 1] = {idx = idx, epoch = epoch, gen = gen, medium = medium, specs = specs, order = order}
+    into[#into + 1] = {idx = idx, epoch = epoch, gen = gen, medium = medium, specs = specs, order = order}
+  end
+  return into
+end
+local function entries(key)
+  local e = blocks[key]
+  if e then return e end
+  e = decode(fresh[key] or raw[key], {})
+  if fresh[key] then
+    fresh[key] = nil
+    dirty[key] = true
   end
   blocks[key] = e
   return e
+end
+-- The header of this reporter's entries in its current lifecycle and generation (built once
+-- per generation, not per block).
+local hdr, hdr_gen = nil, -1
+local function header()
+  if hdr_gen ~= rep.gen then hdr, hdr_gen = struct.pack('<I2I4I4', rep.idx, rep.epoch, rep.gen), rep.gen end
+  return hdr
 end
 -- This reporter's entry for `medium` on `key` (its current epoch only; an older one is dropped).
 local function own(key, medium, create_it)
@@ -138,10 +155,53 @@ local function set_spec(x, name, uri)
   if not x.specs[name] then x.order[#x.order + 1] = name end
   x.specs[name] = uri
 end
+-- Sets this reporter's entry for the tail's medium on `key` to exactly the tail's specs
+-- (replace) or merges them in by name (not replace).
+local function put(key, tail, replace)
+  if not blocks[key] and not fresh[key] and not raw[key] then
+    fresh[key] = header() .. tail
+    return
+  end
+  local parsed = decode(struct.pack('<I2I4I4', 0, 0, 0) .. tail, {})[1]
+  local x = own(key, parsed.medium, true)
+  if replace then x.specs, x.order = {}, {} end
+  for _, name in ipairs(parsed.order) do set_spec(x, name, parsed.specs[name]) end
+  x.gen = rep.gen
+  dirty[key] = true
+end
+-- Whether an entry can still be visible: its reporter exists, the entry is of the reporter's
+-- current lifecycle and, once a snapshot committed, of its current generation. Entries that
+-- cannot are dropped whenever their block is written back (the worker collects the rest).
+local others = {}
+local function current(x)
+  local r
+  if x.idx == rep.idx then
+    r = rep
+  else
+    r = others[x.idx]
+    if r == nil then
+      local rid = redis.call('HGET', REP, '#' .. x.idx)
+      local rec = rid and redis.call('HGET', REP, rid)
+      r = false
+      if rec then
+        local _, _, epoch, _, _, gen, strict = struct.unpack('<c1I2I4ddI4c1', rec)
+        r = {epoch = epoch, gen = gen, strict = strict}
+      end
+      others[x.idx] = r
+    end
+  end
+  return r and x.epoch == r.epoch and (r.strict ~= '1' or x.gen == r.gen)
+end
 local function flush()
+  local sets, dels = {}, {}
+  for key, value in pairs(fresh) do
+    sets[#sets + 1] = key
+    sets[#sets + 1] = value
+  end
   for key in pairs(dirty) do
     local out = {}
     for _, x in ipairs(blocks[key]) do
+      if not current(x) then x.order = {} end
       local parts = {struct.pack('<I2I4I4B', x.idx, x.epoch, x.gen, #x.medium), x.medium, '', ''}
       local n = 0
       for _, name in ipairs(x.order) do
@@ -157,11 +217,14 @@ local function flush()
       end
     end
     if #out == 0 then
-      redis.call('HDEL', ENG, key)
+      dels[#dels + 1] = key
     else
-      redis.call('HSET', ENG, key, table.concat(out))
+      sets[#sets + 1] = key
+      sets[#sets + 1] = table.concat(out)
     end
   end
+  for c = 1, #sets, 1000 do redis.call('HSET', ENG, unpack(sets, c, math.min(c + 999, #sets))) end
+  for c = 1, #dels, 1000 do redis.call('HDEL', ENG, unpack(dels, c, math.min(c + 999, #dels))) end
 end
 -- The first valid ADD/DELETE of a reporter without a generation starts one.
 local required = false
@@ -173,6 +236,30 @@ local function generation()
   end
 end
 if rep and rep.gen == 0 then required = true end
+
+-- Every block the request touches, read in a few HMGETs (not one HGET per event).
+do
+  local want, seen, j = {}, {}, 5
+  while j <= #ARGV do
+    local kind = ARGV[j]:sub(1, 1)
+    if kind == 'A' or kind == 'D' then
+      local key = ARGV[j]:sub(2, 9)
+      if not seen[key] then seen[key] = true; want[#want + 1] = key end
+    elseif kind == 'S' then
+      local count = tonumber(ARGV[j]:sub(2))
+      for q = j + 1, j + count do
+        local key = ARGV[q]:sub(1, 8)
+        if not seen[key] then seen[key] = true; want[#want + 1] = key end
+      end
+      j = j + count
+    end
+    j = j + 1
+  end
+  for c = 1, #want, 1000 do
+    local part = redis.call('HMGET', ENG, unpack(want, c, math.min(c + 999, #want)))
+    for q = 1, #part do raw[want[c + q - 1]] = part[q] end
+  end
+end
 
 local codes, retry_after = {}, 0
 local i = 5
@@ -210,21 +297,17 @@ while i <= #ARGV do
     -- Data events neither create a reporter nor revive one.
     code = 10
     if kind == 'S' then i = i + tonumber(ev:sub(2)) end
-  elseif kind == 'A' or kind == 'D' then
+  elseif kind == 'A' then
+    generation()
+    put(ev:sub(2, 9), ev:sub(10), false)
+  elseif kind == 'D' then
     generation()
     local key = ev:sub(2, 9)
     local f = split(ev, 10)
-    if kind == 'A' then
-      local x = own(key, f[1], true)
-      for j = 2, #f - 1, 2 do set_spec(x, f[j], f[j + 1]) end
-      x.gen = rep.gen
+    local x = own(key, f[1], false)
+    if x then
+      for j = 2, #f do x.specs[f[j]] = nil end
       dirty[key] = true
-    else
-      local x = own(key, f[1], false)
-      if x then
-        for j = 2, #f do x.specs[f[j]] = nil end
-        dirty[key] = true
-      end
     end
   elseif kind == 'S' then
     local count = tonumber(ev:sub(2))
@@ -237,14 +320,7 @@ while i <= #ARGV do
       rep.gen = rep.gen + 1
       rep.version = ARGV[4]
       for j = i + 1, i + count do
-        local item = ARGV[j]
-        local key = item:sub(1, 8)
-        local f = split(item, 9)
-        local x = own(key, f[1], true)
-        x.specs, x.order = {}, {}
-        for s = 2, #f - 1, 2 do set_spec(x, f[s], f[s + 1]) end
-        x.gen = rep.gen
-        dirty[key] = true
+        put(ARGV[j]:sub(1, 8), ARGV[j]:sub(9), true)
       end
       rep.strict, rep.snap = '1', now
     end

@@ -24,6 +24,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod auth;
 mod breakdown;
 mod durability;
+mod events;
 mod h1;
 mod peer;
 mod rate;
@@ -167,6 +168,22 @@ enum Cmd {
         sizes: Vec<usize>,
         #[arg(long, default_value_t = 1000)]
         requests: usize,
+    },
+    /// Engine-reported cache tiers through HTTP, next to Tair KVCM's published figures: one
+    /// reportEvent of N BLOCK_ADDs (new blocks, then the same again: an update), serial
+    /// getHostCacheState of N blocks with --hosts reporters holding the chain, and Valkey memory
+    /// per reported block.
+    Events {
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000,20000")]
+        sizes: Vec<usize>,
+        /// Rounds of each BLOCK_ADD request (medians reported).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Serial getHostCacheState requests per size (a quarter from 5,000 blocks up).
+        #[arg(long, default_value_t = 400)]
+        requests: usize,
+        #[arg(long, default_value_t = 4)]
+        hosts: usize,
     },
 }
 
@@ -741,6 +758,9 @@ async fn main() -> Result<()> {
         }
         Cmd::Breakdown { sizes, layers, rounds, requests } => {
             breakdown::run(&args.valkey, &sizes, &layers, rounds, requests, &args.record).await?
+        }
+        Cmd::Events { sizes, rounds, requests, hosts } => {
+            events::run(&args.valkey, &args.record, &sizes, rounds, requests, hosts).await?
         }
         Cmd::Latency { sizes, requests } => {
             let b = Bench::new(&args.valkey, 1).await?;

@@ -176,6 +176,18 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(r["committed_snapshot_version"], json!(""), "a new lifecycle has no generation: {r}");
     assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "nothing from before HOST_DOWN comes back");
+    // Writing block 2 again drops the entry of the old lifecycle from its record: one entry of
+    // 11 header bytes, the medium, the spec count and one spec (name "tp0", uri "x://z").
+    let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let raw: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine"))
+        .arg(&2i64.to_be_bytes()[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 11 + 3 + 1 + (1 + 3 + 2 + 5), "{raw:?}");
+    assert_eq!(hosts(api, inst, &[2], &[]).await, vec![("h:1".into(), 1, 0, 1)]);
 }
 
 #[tokio::test]

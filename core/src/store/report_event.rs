@@ -110,7 +110,9 @@ fn medium(value: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// `key medium ('\0' name '\0' uri)*`, checked: specs not empty, names unique, URIs with a
+/// `key(8) tail`, the tail in the form the script stores (medium length u8 | medium | spec
+/// count u8 | (name length u8 | name | uri length u16 LE | uri)*), checked: specs not empty,
+/// names unique, URIs with a
 /// scheme (letters, digits, `+-._`: Tair's own `event_report://` has an underscore) and without
 /// `s_version` (kvcm adds the generation itself).
 fn block_with_specs(
@@ -129,7 +131,9 @@ fn block_with_specs(
         return Err(format!("specs has {} entries; at most {most} are accepted", specs.len()));
     }
     let mut out = key.to_vec();
+    out.push(med.len() as u8);
     out.extend_from_slice(med.as_bytes());
+    out.push(specs.len() as u8);
     let mut seen = std::collections::HashSet::new();
     for spec in specs {
         text("spec name", &spec.name, MAX_SPEC_NAME_BYTES)?;
@@ -149,9 +153,9 @@ fn block_with_specs(
         if query.split('&').any(|p| p == "s_version" || p.starts_with("s_version=")) {
             return Err(format!("uri of spec '{}' carries s_version; kvcm adds it, leave it out", spec.name));
         }
-        out.push(0);
+        out.push(spec.name.len() as u8);
         out.extend_from_slice(spec.name.as_bytes());
-        out.push(0);
+        out.extend_from_slice(&(spec.uri.len() as u16).to_le_bytes());
         out.extend_from_slice(spec.uri.as_bytes());
     }
     Ok(out)
