@@ -99,6 +99,7 @@ scripts! {
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
     REPORT_EVENT => "report_event.lua",
+    PRUNE_ENGINE => "prune_engine.lua",
 }
 
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).

@@ -335,3 +335,58 @@ async fn a_silent_reporter_is_hidden_then_unregistered() {
     assert_eq!(code(&r), "OK", "{r}");
     assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "blocks from the last lifecycle stay hidden");
 }
+
+#[tokio::test]
+async fn the_worker_collects_entries_that_can_never_be_visible_again() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let keys: Vec<i64> = (1..=50).collect();
+    for host in ["a:1", "b:1"] {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        assert_eq!(code(&report(api, inst, l1, host, events).await), "OK");
+    }
+    // a goes down: hidden at once, its 50 entries still stored beside b's.
+    let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
+    assert_eq!(code(&report(api, inst, l1, "a:1", vec![down.clone()]).await), "OK");
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("b:1".into(), 50, 0, 50)]);
+    let engine = instance_key(&api.namespace, inst, "engine");
+    let c = valkey().await;
+    // Bytes stored for the 50 blocks.
+    let bytes = |c: &redis::cluster_async::ClusterConnection| {
+        let mut c = c.clone();
+        let engine = engine.clone();
+        async move {
+            let mut total = 0;
+            for k in 1..=50i64 {
+                let len: i64 =
+                    redis::cmd("HSTRLEN").arg(&engine).arg(&k.to_be_bytes()[..]).query_async(&mut c).await.unwrap();
+                total += len;
+            }
+            total
+        }
+    };
+    let both = bytes(&c).await;
+    let worker = WorkerProc::start(&api.namespace, &[]);
+    let collected = eventually(std::time::Duration::from_secs(20), || {
+        let fut = bytes(&c);
+        async move { (fut.await * 2 == both).then_some(()) }
+    })
+    .await;
+    assert!(collected.is_some(), "a's entries were not collected ({both} bytes for both)");
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("b:1".into(), 50, 0, 50)], "b's entries stay");
+    // b goes down too: every block empties and its field goes.
+    assert_eq!(code(&report(api, inst, l1, "b:1", vec![down]).await), "OK");
+    let gone = eventually(std::time::Duration::from_secs(20), || {
+        let mut c = c.clone();
+        let engine = engine.clone();
+        async move {
+            let n: i64 = redis::cmd("HLEN").arg(&engine).query_async(&mut c).await.unwrap();
+            (n == 0).then_some(())
+        }
+    })
+    .await;
+    assert!(gone.is_some(), "blocks without live entries stay");
+    assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
+}

@@ -16,6 +16,7 @@
 pub mod audit;
 pub mod deleter;
 pub mod discovery;
+pub mod engine_gc;
 pub mod expirer;
 pub mod health;
 pub mod metrics;
@@ -44,6 +45,8 @@ pub struct Worker {
     pub instances: Arc<std::sync::RwLock<Vec<String>>>,
     /// Per instance: where the next XAUTOCLAIM continues in the pending list.
     pub claim_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+    /// Per instance: where the collection of engine-reported entries continues (an HSCAN cursor).
+    pub engine_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
 
 /// A built worker with its metrics listener bound.
@@ -94,6 +97,7 @@ pub async fn connect(config: Config) -> anyhow::Result<Worker> {
         metrics: metrics::Metrics::new(),
         instances: Default::default(),
         claim_cursors: Default::default(),
+        engine_cursors: Default::default(),
     })
 }
 
@@ -137,6 +141,9 @@ impl Server {
         }));
         jobs.push(spawn_loop("expirer", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
             Box::pin(async move { expirer::run_once(&w).await })
+        }));
+        jobs.push(spawn_loop("engine-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
+            Box::pin(async move { engine_gc::run_once(&w).await })
         }));
         jobs.push(spawn_loop("health", rx.clone(), cfg.health_interval_ms, w.clone(), |w| {
             Box::pin(async move { health::run_once(&w).await })

@@ -19,6 +19,7 @@ pub struct Metrics {
     pub dead_letters: IntCounter,
     pub dead_letters_refused: IntCounter,
     pub sessions_expired: IntCounter,
+    pub engine_entries_dropped: IntCounter,
     pub evictions: IntCounterVec,
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
@@ -52,6 +53,11 @@ impl Metrics {
             sessions_expired: IntCounter::new(
                 "kvcm_worker_sessions_expired_total",
                 "Write sessions failed at their deadline",
+            )
+            .expect("metric"),
+            engine_entries_dropped: IntCounter::new(
+                "kvcm_worker_engine_entries_dropped_total",
+                "Engine-reported entries collected because they can never be visible again",
             )
             .expect("metric"),
             evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
@@ -102,6 +108,7 @@ impl Metrics {
             Box::new(m.dead_letters.clone()),
             Box::new(m.dead_letters_refused.clone()),
             Box::new(m.sessions_expired.clone()),
+            Box::new(m.engine_entries_dropped.clone()),
             Box::new(m.evictions.clone()),
             Box::new(m.leases.clone()),
             Box::new(m.reclaim_seconds.clone()),

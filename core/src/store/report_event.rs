@@ -522,3 +522,48 @@ impl DataPlane {
         Ok(out)
     }
 }
+
+/// What one [`DataPlane::prune_engine_reports`] pass did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pruned {
+    pub blocks_scanned: u64,
+    pub entries_dropped: u64,
+    pub blocks_emptied: u64,
+    /// Where the next pass starts (0: the scan of the instance's blocks is complete).
+    pub cursor: u64,
+}
+
+impl DataPlane {
+    /// One step of the worker's collection of engine-reported entries that can never be visible
+    /// again (`lua/prune_engine.lua`): the next ~`count` blocks of the instance from `cursor`
+    /// (an HSCAN cursor; 0 starts over), each checked and rewritten atomically.
+    pub async fn prune_engine_reports(
+        &self,
+        instance_id: &str,
+        cleanup_grace_ms: u64,
+        cursor: u64,
+        count: usize,
+    ) -> Result<Pruned> {
+        let keys = self.keys(instance_id);
+        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+        let (next, fields): (u64, Fields) = redis::cmd("HSCAN")
+            .arg(&keys.engine)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count.max(1))
+            .query_async(&mut self.conn())
+            .await?;
+        let mut out = Pruned { blocks_scanned: fields.len() as u64, cursor: next, ..Default::default() };
+        if fields.is_empty() {
+            return Ok(out);
+        }
+        let grace = cleanup_grace_ms.to_string();
+        let mut args: Vec<&[u8]> = vec![grace.as_bytes()];
+        args.extend(fields.iter().map(|(k, _)| k.as_slice()));
+        let reply = self.run(&scripts::PRUNE_ENGINE, &[&keys.reporters, &keys.engine], &args).await?;
+        let mut it = reply.into_iter().map(redis::from_redis_value::<u64>);
+        out.entries_dropped = it.next().transpose()?.unwrap_or(0);
+        out.blocks_emptied = it.next().transpose()?.unwrap_or(0);
+        Ok(out)
+    }
+}

@@ -1,0 +1,69 @@
+-- prune_engine: drops, from the given blocks, engine-reported entries that can never be visible
+-- again (the worker's background collection; lua/report_event.lua drops them too whenever it
+-- writes a block back). An entry is kept while its reporter exists, is registered (not
+-- HOST_DOWN, heard from within the cleanup grace), the entry is of the reporter's current
+-- lifecycle and, once a snapshot committed, of its current generation.
+--
+-- KEYS[1] reporters  (see lua/report_event.lua)
+-- KEYS[2] engine
+-- ARGV[1] cleanup grace, ms
+-- ARGV[2..] block keys (8 bytes)
+--
+-- Reply: {1, entries dropped, blocks emptied}
+-- Example: block k holds entries of reporters 1 (current) and 2 (HOST_DOWN since) -> k keeps
+--   reporter 1's entry; reply {1, 1, 0}.
+if #KEYS ~= 2 or #ARGV < 1 then return redis.error_reply('prune_engine: expected 2 keys and >= 1 arg') end
+local REP, ENG = KEYS[1], KEYS[2]
+local grace = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local reporters = {}
+local function alive(idx, epoch, gen)
+  local r = reporters[idx]
+  if r == nil then
+    r = false
+    local rid = redis.call('HGET', REP, '#' .. idx)
+    local rec = rid and redis.call('HGET', REP, rid)
+    if rec then
+      local state, _, e, hb, _, g, strict = struct.unpack('<c1I2I4ddI4c1', rec)
+      if state == 'A' and now - hb <= grace then r = {epoch = e, gen = g, strict = strict} end
+    end
+    reporters[idx] = r
+  end
+  return r and epoch == r.epoch and (r.strict ~= '1' or gen == r.gen)
+end
+local dropped, emptied = 0, 0
+for i = 2, #ARGV do
+  local key = ARGV[i]
+  local raw = redis.call('HGET', ENG, key)
+  if raw then
+    local keep, changed, p = {}, false, 1
+    while p <= #raw do
+      local start = p
+      local idx, epoch, gen, mlen = struct.unpack('<I2I4I4B', raw, p)
+      p = p + 11 + mlen
+      local n = raw:byte(p)
+      p = p + 1
+      for _ = 1, n do
+        local nl = raw:byte(p)
+        p = p + 1 + nl
+        p = p + 2 + struct.unpack('<I2', raw, p)
+      end
+      if alive(idx, epoch, gen) then
+        keep[#keep + 1] = raw:sub(start, p - 1)
+      else
+        changed = true
+        dropped = dropped + 1
+      end
+    end
+    if changed then
+      if #keep == 0 then
+        redis.call('HDEL', ENG, key)
+        emptied = emptied + 1
+      else
+        redis.call('HSET', ENG, key, table.concat(keep))
+      end
+    end
+  end
+end
+return {1, dropped, emptied}
