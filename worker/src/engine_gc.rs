@@ -9,14 +9,32 @@ use crate::Worker;
 
 /// Blocks checked per instance and step.
 const BATCH: usize = 256;
+/// After a complete pass over an instance's blocks, the next pass starts this much later (an
+/// instance without engine-reported blocks costs one HSCAN per pause, not one per step).
+const PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where an instance's collection stands.
+#[derive(Debug, Clone, Copy)]
+pub struct Cursor {
+    scan: u64,
+    not_before: std::time::Instant,
+}
 
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
     let grace = w.config.event_report_cleanup_grace_ms;
+    let now = std::time::Instant::now();
     for instance in crate::discovery::instances(w) {
-        let cursor = w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).get(&instance).copied().unwrap_or(0);
-        let pruned = w.data.prune_engine_reports(&instance, grace, cursor, BATCH).await?;
+        let at = w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).get(&instance).copied();
+        if at.is_some_and(|c| c.not_before > now) {
+            continue;
+        }
+        let pruned = w.data.prune_engine_reports(&instance, grace, at.map_or(0, |c| c.scan), BATCH).await?;
         w.metrics.engine_entries_dropped.inc_by(pruned.entries_dropped);
-        w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).insert(instance, pruned.cursor);
+        let not_before = if pruned.cursor == 0 { now + PAUSE } else { now };
+        w.engine_cursors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(instance, Cursor { scan: pruned.cursor, not_before });
     }
     Ok(())
 }

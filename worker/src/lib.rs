@@ -46,7 +46,7 @@ pub struct Worker {
     /// Per instance: where the next XAUTOCLAIM continues in the pending list.
     pub claim_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     /// Per instance: where the collection of engine-reported entries continues (an HSCAN cursor).
-    pub engine_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    pub engine_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, engine_gc::Cursor>>>,
 }
 
 /// A built worker with its metrics listener bound.
