@@ -4,16 +4,17 @@
 -- HOST_DOWN, heard from within the cleanup grace), the entry is of the reporter's current
 -- lifecycle and, once a snapshot committed, of its current generation.
 --
--- KEYS[1] reporters  (see lua/report_event.lua)
--- KEYS[2] engine
+-- KEYS[1] reporters  (see lua/report_event.lua for all three)
+-- KEYS[2] engine     presence records
+-- KEYS[3] specs
 -- ARGV[1] cleanup grace, ms
 -- ARGV[2..] block keys (8 bytes)
 --
 -- Reply: {1, entries dropped, blocks emptied}
--- Example: block k holds entries of reporters 1 (current) and 2 (HOST_DOWN since) -> k keeps
---   reporter 1's entry; reply {1, 1, 0}.
-if #KEYS ~= 2 or #ARGV < 1 then return redis.error_reply('prune_engine: expected 2 keys and >= 1 arg') end
-local REP, ENG = KEYS[1], KEYS[2]
+-- Example: block k holds records of reporters 1 (current) and 2 (HOST_DOWN since) -> k keeps
+--   reporter 1's record, reporter 2's specs field goes; reply {1, 1, 0}.
+if #KEYS ~= 3 or #ARGV < 1 then return redis.error_reply('prune_engine: expected 3 keys and >= 1 arg') end
+local REP, ENG, SPC = KEYS[1], KEYS[2], KEYS[3]
 local grace = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,26 +38,18 @@ for i = 2, #ARGV do
   local key = ARGV[i]
   local raw = redis.call('HGET', ENG, key)
   if raw then
-    local keep, changed, p = {}, false, 1
-    while p <= #raw do
-      local start = p
-      local idx, epoch, gen, mlen = struct.unpack('<I2I4I4B', raw, p)
-      p = p + 11 + mlen
-      local n = raw:byte(p)
-      p = p + 1
-      for _ = 1, n do
-        local nl = raw:byte(p)
-        p = p + 1 + nl
-        p = p + 2 + struct.unpack('<I2', raw, p)
-      end
+    local keep, gone = {}, {}
+    for p = 1, #raw - 10, 11 do
+      local idx, epoch, gen, mid = struct.unpack('<I2I4I4B', raw, p)
       if alive(idx, epoch, gen) then
-        keep[#keep + 1] = raw:sub(start, p - 1)
+        keep[#keep + 1] = raw:sub(p, p + 10)
       else
-        changed = true
-        dropped = dropped + 1
+        gone[#gone + 1] = key .. struct.pack('<I2B', idx, mid)
       end
     end
-    if changed then
+    if #gone > 0 then
+      dropped = dropped + #gone
+      redis.call('HDEL', SPC, unpack(gone))
       if #keep == 0 then
         redis.call('HDEL', ENG, key)
         emptied = emptied + 1

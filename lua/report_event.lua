@@ -3,41 +3,42 @@
 -- takes any reporter's events and a frontend restart loses nothing (docs/events.md).
 --
 -- KEYS[1] reporters  hash reporter id -> reporter record; '#<idx>' -> reporter id; '#seq'
---                    -> the last reporter index handed out
--- KEYS[2] engine     hash block key (8 bytes) -> engine-reported entries (below)
+--                    -> the last reporter index handed out; '%<medium>' -> medium id (1..255);
+--                    '%seq' -> the last medium id handed out
+-- KEYS[2] engine     hash block key (8 bytes) -> presence: one 11-byte record per (reporter,
+--                    medium) holding the block: idx u16 | epoch u32 | generation u32 | medium id
+--                    u8 (all a getHostCacheState read needs)
+-- KEYS[3] specs      hash block key .. idx u16 .. medium id u8 -> that entry's specs: count u8 |
+--                    (name length u8 | name | uri length u16 | uri)*
 -- ARGV[1] reporter id
--- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (tombstoned) for events
+-- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (unregistered) for events
 -- ARGV[3] snapshot min interval, ms
 -- ARGV[4] a fresh 32-hex version, used if this request starts a generation
 -- ARGV[5..] events, one per argument, validated by the caller (core/src/store/report_event.rs):
---   'R' medium '\0' medium ...               NODE_REGISTER
---   'H'                                      HEARTBEAT
---   'X'                                      HOST_DOWN (alone in its request)
---   'A' key(8) tail                          BLOCK_ADD; `tail` is the stored form of the entry
---                                            after its 10-byte header (medium length u8 |
---                                            medium | spec count u8 | specs), below
---   'D' key(8) medium '\0' name '\0' name... BLOCK_DELETE (spec names)
---   'S' count                                BLOCK_SNAPSHOT, its `count` items in the next
---                                            arguments: key(8) tail
+--   'R' medium '\0' medium ...                 NODE_REGISTER
+--   'H'                                        HEARTBEAT
+--   'X'                                        HOST_DOWN (alone in its request)
+--   'A' key(8) mlen u8 medium specs            BLOCK_ADD (specs as stored, above)
+--   'D' key(8) mlen u8 medium name '\0' name... BLOCK_DELETE
+--   'S' count                                  BLOCK_SNAPSHOT, its `count` items in the next
+--                                              arguments: key(8) mlen u8 medium specs
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
---   | idx u16 | epoch u32 (+1 at every new lifecycle: entries of older epochs are invisible)
+--   | idx u16 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
 --   | heartbeat ms (double) | last snapshot commit ms (double, 0 = none) | generation u32
 --   (0 = none yet) | strict c1 ('1' once a snapshot committed: only the current generation is
---   visible; '0' soft: every entry of the epoch is) | version (32 hex, or empty) '\0' | mediums
+--   visible; '0' soft: every record of the epoch is) | version (32 hex, or empty) '\0' | mediums
 --   (comma separated)
--- Engine entries of one block: concatenated, one per (reporter, medium): idx u16 | epoch u32 |
---   generation u32 | medium length u8 | medium | spec count u8 | (name length u8 | name |
---   uri length u16 | uri)*
 --
 -- Reply: {1, codes, version, retry_after_ms, snapshot_required}: `codes` one byte per event
---   (the ErrorCode number: 1 OK, 10 NODE_NOT_REGISTERED, 13 SNAPSHOT_RATE_LIMITED); `version`
---   the committed generation's version after the request ('' if none).
--- Example: a fresh reporter sends {'R', 'A' k1 'gpu\0tp0\0uri'} -> reporter created (epoch 1),
---   generation 1 with version ARGV[4], k1's entry (idx 1, epoch 1, gen 1, gpu, tp0=uri);
---   reply {1, '\1\1', ARGV[4], 0, 1}.
-if #KEYS ~= 2 or #ARGV < 4 then return redis.error_reply('report_event: expected 2 keys and >= 4 args') end
-local REP, ENG, id = KEYS[1], KEYS[2], ARGV[1]
+--   (the ErrorCode number: 1 OK, 7 REACH_MAX_ENTITY_CAPACITY, 10 NODE_NOT_REGISTERED, 13
+--   SNAPSHOT_RATE_LIMITED); `version` the committed generation's version after the request ('' if
+--   none).
+-- Example: a fresh reporter sends {'R', 'A' k1 '\3gpu' specs} -> reporter created (idx 1, epoch
+--   1), generation 1 with version ARGV[4], engine k1 = (1, 1, 1, gpu's id), specs k1..1..id =
+--   specs; reply {1, '\1\1', ARGV[4], 0, 1}.
+if #KEYS ~= 3 or #ARGV < 4 then return redis.error_reply('report_event: expected 3 keys and >= 4 args') end
+local REP, ENG, SPC, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local grace, min_interval = tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -87,144 +88,160 @@ local function merge_mediums(list)
   end
 end
 
--- Entries of one block: decoded lazily per block, written back once at the end. `raw` holds
--- every touched block's stored value (prefetched in a few HMGETs, false = none); `fresh` the
--- new value of a block that had none, built without decoding (the common case of an add).
-local blocks, dirty, raw, fresh = {}, {}, {}, {}
-local function decode(bytes, into)
-  local p = 1
-  while bytes and p <= #bytes do
-    local idx, epoch, gen, mlen = struct.unpack('<I2I4I4B', bytes, p)
-    p = p + 11
-    local medium = bytes:sub(p, p + mlen - 1)
-    p = p + mlen
-    local n = bytes:byte(p)
-    p = p + 1
-    local specs, order = {}, {}
-    for _ = 1, n do
-      local nl = bytes:byte(p)
-      local name = bytes:sub(p + 1, p + nl)
-      p = p + 1 + nl
-      local ul = struct.unpack('<I2', bytes, p)
-      specs[name] = bytes:sub(p + 2, p + 1 + ul)
-      order[#order + 1] = name
-      p = p + 2 + ul
+-- Presence of each touched block: its value in `engine` (records of 11 bytes: idx u16 | epoch
+-- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
+-- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
+local pres, pdirty = {}, {}
+local sset, sdel = {}, {}
+local function rec(mid) return struct.pack('<I2I4I4B', rep.idx, rep.epoch, rep.gen, mid) end
+local function spec_field(key, idx, mid) return key .. struct.pack('<I2B', idx, mid) end
+-- The medium's id (instance-wide, 1..255), created if new; nil when all 255 are taken.
+local mids = {}
+local function medium_id(name)
+  local m = mids[name]
+  if m then return m end
+  m = tonumber(redis.call('HGET', REP, '%' .. name) or '0')
+  if m == 0 then
+    m = redis.call('HINCRBY', REP, '%seq', 1)
+    if m > 255 then return nil end
+    redis.call('HSET', REP, '%' .. name, m)
+  end
+  mids[name] = m
+  return m
+end
+-- Position of this reporter's record for `mid` in `r` (any epoch), or nil.
+local function find(r, mid)
+  if not r then return nil end
+  for p = 1, #r, 11 do
+    if struct.unpack('<I2', r, p) == rep.idx and r:byte(p + 10) == mid then return p end
+  end
+  return nil
+end
+-- Specs blob (n u8 | (name length u8 | name | uri length u16 | uri)*) <-> ordered list.
+local function decode_specs(blob)
+  local out, p = {}, 2
+  for _ = 1, (blob and blob:byte(1) or 0) do
+    local nl = blob:byte(p)
+    local name = blob:sub(p + 1, p + nl)
+    p = p + 1 + nl
+    local ul = struct.unpack('<I2', blob, p)
+    out[#out + 1] = {name, blob:sub(p + 2, p + 1 + ul)}
+    p = p + 2 + ul
+  end
+  return out
+end
+local function encode_specs(list)
+  local parts = {string.char(#list)}
+  for _, s in ipairs(list) do
+    parts[#parts + 1] = string.char(#s[1]) .. s[1] .. struct.pack('<I2', #s[2]) .. s[2]
+  end
+  return table.concat(parts)
+end
+-- The specs currently stored for a field (this request's pending write first).
+local function stored_specs(field)
+  if sdel[field] then return nil end
+  return sset[field] or redis.call('HGET', SPC, field)
+end
+-- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
+-- merged by name into what the current lifecycle reported before.
+local function put(key, mid, blob, replace)
+  local r = pres[key]
+  local p = find(r, mid)
+  local field = spec_field(key, rep.idx, mid)
+  if not p then
+    pres[key] = (r or '') .. rec(mid)
+  else
+    local current = struct.unpack('<I4', r, p + 2) == rep.epoch
+    pres[key] = r:sub(1, p - 1) .. rec(mid) .. r:sub(p + 11)
+    if current and not replace then
+      local old = stored_specs(field)
+      if old and old ~= blob then
+        local merged, at = decode_specs(old), {}
+        for i, s in ipairs(merged) do at[s[1]] = i end
+        for _, s in ipairs(decode_specs(blob)) do
+          if at[s[1]] then merged[at[s[1]]][2] = s[2] else merged[#merged + 1] = s end
+        end
+        blob = encode_specs(merged)
+      end
     end
-    into[#into + 1] = {idx = idx, epoch = epoch, gen = gen, medium = medium, specs = specs, order = order}
   end
-  return into
+  pdirty[key] = true
+  sset[field], sdel[field] = blob, nil
 end
-local function entries(key)
-  local e = blocks[key]
-  if e then return e end
-  e = decode(fresh[key] or raw[key], {})
-  if fresh[key] then
-    fresh[key] = nil
-    dirty[key] = true
+-- Drops the named specs of this reporter's current entry for `mid` on `key`; the entry goes
+-- with its last spec.
+local function drop(key, mid, names)
+  local r = pres[key]
+  local p = find(r, mid)
+  if not p or struct.unpack('<I4', r, p + 2) ~= rep.epoch then return end
+  local field = spec_field(key, rep.idx, mid)
+  local gone, kept = {}, {}
+  for _, n in ipairs(names) do gone[n] = true end
+  for _, s in ipairs(decode_specs(stored_specs(field))) do
+    if not gone[s[1]] then kept[#kept + 1] = s end
   end
-  blocks[key] = e
-  return e
-end
--- The header of this reporter's entries in its current lifecycle and generation (built once
--- per generation, not per block).
-local hdr, hdr_gen = nil, -1
-local function header()
-  if hdr_gen ~= rep.gen then hdr, hdr_gen = struct.pack('<I2I4I4', rep.idx, rep.epoch, rep.gen), rep.gen end
-  return hdr
-end
--- This reporter's entry for `medium` on `key` (its current epoch only; an older one is dropped).
-local function own(key, medium, create_it)
-  local e = entries(key)
-  for i = #e, 1, -1 do
-    local x = e[i]
-    if x.idx == rep.idx and (x.epoch ~= rep.epoch) then
-      table.remove(e, i)
-      dirty[key] = true
-    end
+  if #kept == 0 then
+    pres[key] = r:sub(1, p - 1) .. r:sub(p + 11)
+    sset[field], sdel[field] = nil, true
+  else
+    sset[field] = encode_specs(kept)
   end
-  for _, x in ipairs(e) do
-    if x.idx == rep.idx and x.medium == medium then return x end
-  end
-  if not create_it then return nil end
-  local x = {idx = rep.idx, epoch = rep.epoch, gen = rep.gen, medium = medium, specs = {}, order = {}}
-  e[#e + 1] = x
-  dirty[key] = true
-  return x
+  pdirty[key] = true
 end
-local function set_spec(x, name, uri)
-  if not x.specs[name] then x.order[#x.order + 1] = name end
-  x.specs[name] = uri
-end
--- Sets this reporter's entry for the tail's medium on `key` to exactly the tail's specs
--- (replace) or merges them in by name (not replace).
-local function put(key, tail, replace)
-  if not blocks[key] and not fresh[key] and not raw[key] then
-    fresh[key] = header() .. tail
-    return
-  end
-  local parsed = decode(struct.pack('<I2I4I4', 0, 0, 0) .. tail, {})[1]
-  local x = own(key, parsed.medium, true)
-  if replace then x.specs, x.order = {}, {} end
-  for _, name in ipairs(parsed.order) do set_spec(x, name, parsed.specs[name]) end
-  x.gen = rep.gen
-  dirty[key] = true
-end
--- Whether an entry can still be visible: its reporter exists, the entry is of the reporter's
--- current lifecycle and, once a snapshot committed, of its current generation. Entries that
--- cannot are dropped whenever their block is written back (the worker collects the rest).
+-- Whether a record can still be visible: its reporter exists, the record is of the reporter's
+-- current lifecycle and, once a snapshot committed, of its current generation. Records that
+-- cannot are dropped (with their specs) whenever their block is written back; the worker
+-- collects the rest (lua/prune_engine.lua).
 local others = {}
-local function current(x)
+local function current(idx, epoch, gen)
   local r
-  if x.idx == rep.idx then
+  if idx == rep.idx then
     r = rep
   else
-    r = others[x.idx]
+    r = others[idx]
     if r == nil then
-      local rid = redis.call('HGET', REP, '#' .. x.idx)
-      local rec = rid and redis.call('HGET', REP, rid)
+      local rid = redis.call('HGET', REP, '#' .. idx)
+      local record = rid and redis.call('HGET', REP, rid)
       r = false
-      if rec then
-        local _, _, epoch, _, _, gen, strict = struct.unpack('<c1I2I4ddI4c1', rec)
-        r = {epoch = epoch, gen = gen, strict = strict}
+      if record then
+        local _, _, e, _, _, g, strict = struct.unpack('<c1I2I4ddI4c1', record)
+        r = {epoch = e, gen = g, strict = strict}
       end
-      others[x.idx] = r
+      others[idx] = r
     end
   end
-  return r and x.epoch == r.epoch and (r.strict ~= '1' or x.gen == r.gen)
+  return r and epoch == r.epoch and (r.strict ~= '1' or gen == r.gen)
 end
 local function flush()
-  local sets, dels = {}, {}
-  for key, value in pairs(fresh) do
-    sets[#sets + 1] = key
-    sets[#sets + 1] = value
-  end
-  for key in pairs(dirty) do
-    local out = {}
-    for _, x in ipairs(blocks[key]) do
-      if not current(x) then x.order = {} end
-      local parts = {struct.pack('<I2I4I4B', x.idx, x.epoch, x.gen, #x.medium), x.medium, '', ''}
-      local n = 0
-      for _, name in ipairs(x.order) do
-        local uri = x.specs[name]
-        if uri then
-          n = n + 1
-          parts[#parts + 1] = string.char(#name) .. name .. struct.pack('<I2', #uri) .. uri
-        end
-      end
-      if n > 0 then
-        parts[3] = string.char(n)
-        out[#out + 1] = table.concat(parts)
+  local psets, pdels = {}, {}
+  for key in pairs(pdirty) do
+    local r, keep = pres[key] or '', {}
+    for p = 1, #r, 11 do
+      local idx, epoch, gen, mid = struct.unpack('<I2I4I4B', r, p)
+      if current(idx, epoch, gen) then
+        keep[#keep + 1] = r:sub(p, p + 10)
+      else
+        local field = spec_field(key, idx, mid)
+        sset[field], sdel[field] = nil, true
       end
     end
-    if #out == 0 then
-      dels[#dels + 1] = key
+    if #keep == 0 then
+      pdels[#pdels + 1] = key
     else
-      sets[#sets + 1] = key
-      sets[#sets + 1] = table.concat(out)
+      psets[#psets + 1] = key
+      psets[#psets + 1] = table.concat(keep)
     end
   end
-  for c = 1, #sets, 1000 do redis.call('HSET', ENG, unpack(sets, c, math.min(c + 999, #sets))) end
-  for c = 1, #dels, 1000 do redis.call('HDEL', ENG, unpack(dels, c, math.min(c + 999, #dels))) end
+  local ssets, sdels = {}, {}
+  for field, blob in pairs(sset) do
+    ssets[#ssets + 1] = field
+    ssets[#ssets + 1] = blob
+  end
+  for field in pairs(sdel) do sdels[#sdels + 1] = field end
+  for c = 1, #psets, 1000 do redis.call('HSET', ENG, unpack(psets, c, math.min(c + 999, #psets))) end
+  for c = 1, #pdels, 1000 do redis.call('HDEL', ENG, unpack(pdels, c, math.min(c + 999, #pdels))) end
+  for c = 1, #ssets, 1000 do redis.call('HSET', SPC, unpack(ssets, c, math.min(c + 999, #ssets))) end
+  for c = 1, #sdels, 1000 do redis.call('HDEL', SPC, unpack(sdels, c, math.min(c + 999, #sdels))) end
 end
 -- The first valid ADD/DELETE of a reporter without a generation starts one.
 local required = false
@@ -257,7 +274,7 @@ do
   end
   for c = 1, #want, 1000 do
     local part = redis.call('HMGET', ENG, unpack(want, c, math.min(c + 999, #want)))
-    for q = 1, #part do raw[want[c + q - 1]] = part[q] end
+    for q = 1, #part do pres[want[c + q - 1]] = part[q] end
   end
 end
 
@@ -297,17 +314,16 @@ while i <= #ARGV do
     -- Data events neither create a reporter nor revive one.
     code = 10
     if kind == 'S' then i = i + tonumber(ev:sub(2)) end
-  elseif kind == 'A' then
+  elseif kind == 'A' or kind == 'D' then
     generation()
-    put(ev:sub(2, 9), ev:sub(10), false)
-  elseif kind == 'D' then
-    generation()
-    local key = ev:sub(2, 9)
-    local f = split(ev, 10)
-    local x = own(key, f[1], false)
-    if x then
-      for j = 2, #f do x.specs[f[j]] = nil end
-      dirty[key] = true
+    local key, mlen = ev:sub(2, 9), ev:byte(10)
+    local mid = medium_id(ev:sub(11, 10 + mlen))
+    if not mid then
+      code = 7
+    elseif kind == 'A' then
+      put(key, mid, ev:sub(11 + mlen), false)
+    else
+      drop(key, mid, split(ev, 11 + mlen))
     end
   elseif kind == 'S' then
     local count = tonumber(ev:sub(2))
@@ -320,7 +336,10 @@ while i <= #ARGV do
       rep.gen = rep.gen + 1
       rep.version = ARGV[4]
       for j = i + 1, i + count do
-        put(ARGV[j]:sub(1, 8), ARGV[j]:sub(9), true)
+        local item = ARGV[j]
+        local mlen = item:byte(9)
+        local mid = medium_id(item:sub(10, 9 + mlen))
+        if mid then put(item:sub(1, 8), mid, item:sub(10 + mlen), true) end
       end
       rep.strict, rep.snap = '1', now
     end

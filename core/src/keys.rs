@@ -145,8 +145,11 @@ pub struct InstanceKeys {
     /// Hash: engine reporter id (`<storage type>|<host_ip_port>`) → reporter record; `#<idx>` →
     /// reporter id; `#seq` → last index handed out (`lua/report_event.lua`).
     pub reporters: String,
-    /// Hash: block key (8 bytes big-endian) → what engines report holding of it.
+    /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (11-byte records:
+    /// reporter index, lifecycle epoch, generation, medium id).
     pub engine: String,
+    /// Hash: block key, reporter index, medium id → that engine entry's specs and URIs.
+    pub engine_specs: String,
 }
 
 impl InstanceKeys {
@@ -170,6 +173,7 @@ impl InstanceKeys {
             evict_last: k("evict_last"),
             reporters: k("reporters"),
             engine: k("engine"),
+            engine_specs: k("engine_specs"),
             prefix,
         }
     }
@@ -203,6 +207,7 @@ impl InstanceKeys {
             &self.files,
             &self.reporters,
             &self.engine,
+            &self.engine_specs,
         ]
     }
 }

@@ -127,7 +127,7 @@ async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
     assert_eq!(reported, 4, "one field per reported block");
     // removeInstance drops what engines reported with the instance.
     assert_ok(&api.admin("removeInstance", json!({"instance_id": inst})).await);
-    for name in ["engine", "reporters"] {
+    for name in ["engine", "engine_specs", "reporters"] {
         let exists: i64 =
             redis::cmd("EXISTS").arg(instance_key(&api.namespace, inst, name)).query_async(&mut c).await.unwrap();
         assert_eq!(exists, 0, "{name} after removeInstance");
@@ -176,8 +176,8 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(r["committed_snapshot_version"], json!(""), "a new lifecycle has no generation: {r}");
     assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "nothing from before HOST_DOWN comes back");
-    // Writing block 2 again drops the entry of the old lifecycle from its record: one entry of
-    // 11 header bytes, the medium, the spec count and one spec (name "tp0", uri "x://z").
+    // Writing block 2 again drops the record of the old lifecycle, and its specs: one 11-byte
+    // presence record is left, and one specs field in the whole instance.
     let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     let raw: Vec<u8> = redis::cmd("HGET")
@@ -186,7 +186,13 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
         .query_async(&mut valkey().await)
         .await
         .unwrap();
-    assert_eq!(raw.len(), 11 + 3 + 1 + (1 + 3 + 2 + 5), "{raw:?}");
+    assert_eq!(raw.len(), 11, "{raw:?}");
+    let specs: i64 = redis::cmd("HLEN")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(specs, 1);
     assert_eq!(hosts(api, inst, &[2], &[]).await, vec![("h:1".into(), 1, 0, 1)]);
 }
 
@@ -388,5 +394,11 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     })
     .await;
     assert!(gone.is_some(), "blocks without live entries stay");
+    let specs: i64 = redis::cmd("HLEN")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .query_async(&mut c.clone())
+        .await
+        .unwrap();
+    assert_eq!(specs, 0, "specs of collected entries stay");
     assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
 }

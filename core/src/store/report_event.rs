@@ -223,6 +223,7 @@ fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, Str
             let mut out = b"D".to_vec();
             out.extend(block_key(&p.block_key)?);
             medium(&p.medium)?;
+            out.push(p.medium.len() as u8);
             out.extend_from_slice(p.medium.as_bytes());
             if p.spec_names.is_empty() {
                 return Err("spec_names is empty; name the specs to delete".into());
@@ -230,9 +231,11 @@ fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, Str
             if p.spec_names.len() > MAX_SPECS {
                 return Err(format!("spec_names has {} entries; at most {MAX_SPECS} are accepted", p.spec_names.len()));
             }
-            for name in &p.spec_names {
+            for (i, name) in p.spec_names.iter().enumerate() {
                 text("spec name", name, MAX_SPEC_NAME_BYTES)?;
-                out.push(0);
+                if i > 0 {
+                    out.push(0);
+                }
                 out.extend_from_slice(name.as_bytes());
             }
             Ok(Encoded::One(out))
@@ -326,7 +329,8 @@ impl DataPlane {
         let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let mut argv: Vec<&[u8]> = vec![reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()];
         argv.extend(args.iter().map(Vec::as_slice));
-        let reply = self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine], &argv).await?;
+        let reply =
+            self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine, &keys.engine_specs], &argv).await?;
         let mut it = reply.into_iter();
         let mut next = || it.next().ok_or_else(|| Error::internal("report_event: short reply"));
         let codes: Vec<u8> = redis::from_redis_value(next()?)?;
@@ -350,7 +354,7 @@ impl DataPlane {
                     settings.snapshot_min_interval_ms, out.retry_after_ms
                 )),
                 StatusCode::REACH_MAX_ENTITY_CAPACITY => {
-                    Some(format!("event {i}: the instance has 65,535 reporters already"))
+                    Some(format!("event {i}: the instance has 65,535 reporters or 255 media already"))
                 }
                 other => Some(format!("event {i}: {}", other.name())),
             };
@@ -361,7 +365,12 @@ impl DataPlane {
     /// Drops every engine-reported block and reporter of an instance (removeInstance).
     pub async fn drop_engine_reports(&self, instance_id: &str) -> Result<()> {
         let keys = self.keys(instance_id);
-        let _: () = redis::cmd("DEL").arg(&keys.reporters).arg(&keys.engine).query_async(&mut self.conn()).await?;
+        let _: () = redis::cmd("DEL")
+            .arg(&keys.reporters)
+            .arg(&keys.engine)
+            .arg(&keys.engine_specs)
+            .query_async(&mut self.conn())
+            .await?;
         Ok(())
     }
 }
@@ -398,37 +407,22 @@ fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Repor
     })
 }
 
-/// The reporter indexes whose entries for a block are visible, with whether each entry is in
-/// one of `mediums` (all when empty). Calls `f(idx)` for each visible entry.
-fn visible_entries(
+/// Calls `f(idx)` for each record of a block's presence (`engine` value: 11-byte records of
+/// reporter index, epoch, generation, medium id) that is visible and in one of `mediums` (all
+/// when `None`).
+fn visible_records(
     raw: &[u8],
     reporters: &std::collections::HashMap<u16, Reporter>,
-    mediums: &[String],
+    mediums: Option<&std::collections::HashSet<u8>>,
     mut f: impl FnMut(u16),
 ) {
-    let mut p = 0;
-    while p + 11 <= raw.len() {
-        let idx = u16::from_le_bytes([raw[p], raw[p + 1]]);
-        let epoch = u32::from_le_bytes(raw[p + 2..p + 6].try_into().expect("4 bytes"));
-        let generation = u32::from_le_bytes(raw[p + 6..p + 10].try_into().expect("4 bytes"));
-        let mlen = raw[p + 10] as usize;
-        p += 11;
-        let Some(medium) = raw.get(p..p + mlen) else { return };
-        p += mlen;
-        let Some(&n) = raw.get(p) else { return };
-        p += 1;
-        for _ in 0..n {
-            let Some(&nl) = raw.get(p) else { return };
-            p += 1 + nl as usize;
-            let Some(ul) = raw.get(p..p + 2) else { return };
-            p += 2 + u16::from_le_bytes([ul[0], ul[1]]) as usize;
-        }
-        if p > raw.len() || n == 0 {
-            return;
-        }
-        let Some(r) = reporters.get(&idx) else { continue };
-        let current = r.live && r.epoch == epoch && (!r.strict || r.generation == generation);
-        if current && (mediums.is_empty() || mediums.iter().any(|m| m.as_bytes() == medium)) {
+    for r in raw.chunks_exact(11) {
+        let idx = u16::from_le_bytes([r[0], r[1]]);
+        let epoch = u32::from_le_bytes([r[2], r[3], r[4], r[5]]);
+        let generation = u32::from_le_bytes([r[6], r[7], r[8], r[9]]);
+        let Some(rep) = reporters.get(&idx) else { continue };
+        let current = rep.live && rep.epoch == epoch && (!rep.strict || rep.generation == generation);
+        if current && mediums.is_none_or(|m| m.contains(&r[10])) {
             f(idx);
         }
     }
@@ -463,6 +457,16 @@ impl DataPlane {
         let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
         // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
         let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        // The requested media by id (a medium nobody reported matches nothing).
+        let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty()).then(|| {
+            mediums
+                .iter()
+                .filter_map(|m| {
+                    let id = records.get(format!("%{m}").as_bytes())?;
+                    std::str::from_utf8(id).ok()?.parse::<u8>().ok()
+                })
+                .collect()
+        });
         let mut reporters = HashMap::new();
         for (field, id) in &all {
             let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u16>().ok())
@@ -482,7 +486,7 @@ impl DataPlane {
         for (i, raw) in entries.iter().enumerate() {
             let mut any = false;
             if let Some(raw) = raw {
-                visible_entries(raw, &reporters, mediums, |idx| {
+                visible_records(raw, &reporters, wanted.as_ref(), |idx| {
                     let r = &reporters[&idx];
                     let (all, l2) = held.entry(r.host.as_str()).or_insert_with(|| (vec![false; n], vec![false; n]));
                     all[i] = true;
@@ -560,7 +564,8 @@ impl DataPlane {
         let grace = cleanup_grace_ms.to_string();
         let mut args: Vec<&[u8]> = vec![grace.as_bytes()];
         args.extend(fields.iter().map(|(k, _)| k.as_slice()));
-        let reply = self.run(&scripts::PRUNE_ENGINE, &[&keys.reporters, &keys.engine], &args).await?;
+        let reply =
+            self.run(&scripts::PRUNE_ENGINE, &[&keys.reporters, &keys.engine, &keys.engine_specs], &args).await?;
         let mut it = reply.into_iter().map(redis::from_redis_value::<u64>);
         out.entries_dropped = it.next().transpose()?.unwrap_or(0);
         out.blocks_emptied = it.next().transpose()?.unwrap_or(0);
