@@ -77,15 +77,19 @@ local function create()
   rep = {state = 'A', idx = idx, epoch = 1, hb = now, snap = 0, gen = 0, strict = '0', version = '', mediums = ''}
   return true
 end
+-- Adds `list` to the reporter's media; false (and nothing added) past 64 media.
 local function merge_mediums(list)
-  local have = {}
-  for m in string.gmatch(rep.mediums, '[^,]+') do have[m] = true end
+  local have, n, fresh = {}, 0, {}
+  for m in string.gmatch(rep.mediums, '[^,]+') do have[m] = true; n = n + 1 end
   for _, m in ipairs(list) do
     if m ~= '' and not have[m] then
       have[m] = true
-      rep.mediums = rep.mediums == '' and m or (rep.mediums .. ',' .. m)
+      fresh[#fresh + 1] = m
     end
   end
+  if n + #fresh > 64 then return false end
+  for _, m in ipairs(fresh) do rep.mediums = rep.mediums == '' and m or (rep.mediums .. ',' .. m) end
+  return true
 end
 
 -- Presence of each touched block: its value in `engine` (records of 11 bytes: idx u16 | epoch
@@ -144,36 +148,49 @@ local function stored_specs(field)
 end
 -- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
 -- merged by name into what the current lifecycle reported before.
+-- Whether the record at `p` of `r` is visible as this reporter's current state: its lifecycle
+-- and, once a snapshot committed, its generation (an entry the snapshot left out is not merged
+-- into: it is gone, and an add starts it afresh).
+local function live_own(r, p)
+  local epoch, gen = struct.unpack('<I4I4', r, p + 2)
+  return epoch == rep.epoch and (rep.strict ~= '1' or gen == rep.gen)
+end
 local function put(key, mid, blob, replace)
   local r = pres[key]
   local p = find(r, mid)
   local field = spec_field(key, rep.idx, mid)
-  if not p then
-    pres[key] = (r or '') .. rec(mid)
-  else
-    local current = struct.unpack('<I4', r, p + 2) == rep.epoch
-    pres[key] = r:sub(1, p - 1) .. rec(mid) .. r:sub(p + 11)
-    if current and not replace then
-      local old = stored_specs(field)
-      if old and old ~= blob then
-        local merged, at = decode_specs(old), {}
-        for i, s in ipairs(merged) do at[s[1]] = i end
-        for _, s in ipairs(decode_specs(blob)) do
-          if at[s[1]] then merged[at[s[1]]][2] = s[2] else merged[#merged + 1] = s end
-        end
-        blob = encode_specs(merged)
+  if p and live_own(r, p) and not replace then
+    local old = stored_specs(field)
+    if old and old ~= blob then
+      local merged, at = decode_specs(old), {}
+      for i, s in ipairs(merged) do at[s[1]] = i end
+      for _, s in ipairs(decode_specs(blob)) do
+        if at[s[1]] then merged[at[s[1]]][2] = s[2] else merged[#merged + 1] = s end
       end
+      -- Spec names are the instance's (checked by the caller); past 255 the count byte would
+      -- overflow: refused, nothing changed.
+      if #merged > 255 then return 5 end
+      blob = encode_specs(merged)
     end
+  end
+  if p then
+    pres[key] = r:sub(1, p - 1) .. rec(mid) .. r:sub(p + 11)
+  elseif r and #r >= 11 * 256 then
+    -- 256 (reporter, medium) records per block at most: a read of a prompt stays bounded.
+    return 7
+  else
+    pres[key] = (r or '') .. rec(mid)
   end
   pdirty[key] = true
   sset[field], sdel[field] = blob, nil
+  return 1
 end
 -- Drops the named specs of this reporter's current entry for `mid` on `key`; the entry goes
 -- with its last spec.
 local function drop(key, mid, names)
   local r = pres[key]
   local p = find(r, mid)
-  if not p or struct.unpack('<I4', r, p + 2) ~= rep.epoch then return end
+  if not p or not live_own(r, p) then return end
   local field = spec_field(key, rep.idx, mid)
   local gone, kept = {}, {}
   for _, n in ipairs(names) do gone[n] = true end
@@ -244,7 +261,9 @@ local function flush()
   for c = 1, #sdels, 1000 do redis.call('HDEL', SPC, unpack(sdels, c, math.min(c + 999, #sdels))) end
 end
 -- The first valid ADD/DELETE of a reporter without a generation starts one.
-local required = false
+-- True when the reporter had no generation as the request arrived (never seen, unregistered,
+-- or none started yet), and when this request starts one.
+local required = not rep or rep.state == 'T' or rep.gen == 0
 local function generation()
   if rep.gen == 0 then
     rep.gen = 1
@@ -252,7 +271,6 @@ local function generation()
     required = true
   end
 end
-if rep and rep.gen == 0 then required = true end
 
 -- Every block the request touches, read in a few HMGETs (not one HGET per event).
 do
@@ -295,11 +313,10 @@ while i <= #ARGV do
     else
       rep.hb = now
     end
-    if code == 1 then merge_mediums(split(ev, 2)) end
+    if code == 1 and not merge_mediums(split(ev, 2)) then code = 7 end
   elseif kind == 'H' then
     if not rep then
       if not create() then code = 7 end
-      required = true
     elseif rep.state == 'T' then
       code = 10
     else
@@ -310,9 +327,10 @@ while i <= #ARGV do
       rep.state, rep.epoch = 'T', rep.epoch + 1
       rep.gen, rep.version, rep.strict, rep.snap = 0, '', '0', 0
     end
-  elseif not rep or rep.state == 'T' then
-    -- Data events neither create a reporter nor revive one.
-    code = 10
+  elseif (not rep and not create()) or rep.state == 'T' then
+    -- A data event creates a reporter seen for the first time (as a heartbeat does), but
+    -- never revives an unregistered one.
+    code = rep and 10 or 7
     if kind == 'S' then i = i + tonumber(ev:sub(2)) end
   elseif kind == 'A' or kind == 'D' then
     generation()
@@ -321,26 +339,32 @@ while i <= #ARGV do
     if not mid then
       code = 7
     elseif kind == 'A' then
-      put(key, mid, ev:sub(11 + mlen), false)
+      code = put(key, mid, ev:sub(11 + mlen), false)
     else
       drop(key, mid, split(ev, 11 + mlen))
     end
   elseif kind == 'S' then
     local count = tonumber(ev:sub(2))
-    if rep.snap > 0 and now - rep.snap < min_interval then
+    local items = {}
+    for j = i + 1, i + count do
+      local item = ARGV[j]
+      local mlen = item:byte(9)
+      local key, mid = item:sub(1, 8), medium_id(item:sub(10, 9 + mlen))
+      local r = pres[key]
+      if not mid or (r and #r >= 11 * 256 and not find(r, mid)) then code = 7 end
+      items[#items + 1] = {key, mid, item:sub(10 + mlen)}
+    end
+    if code ~= 1 then
+      -- More than 255 media in the instance, or a block at 256 records: refused whole.
+    elseif rep.snap > 0 and now - rep.snap < min_interval then
       code = 13
       retry_after = min_interval - (now - rep.snap)
     else
-      -- A new generation holding exactly the items; older entries of the reporter stop being
-      -- visible when it commits below (strict), and are collected in the background.
+      -- A new generation holding exactly the items; older records of the reporter stop being
+      -- visible as it commits (strict), and are collected in the background.
       rep.gen = rep.gen + 1
       rep.version = ARGV[4]
-      for j = i + 1, i + count do
-        local item = ARGV[j]
-        local mlen = item:byte(9)
-        local mid = medium_id(item:sub(10, 9 + mlen))
-        if mid then put(item:sub(1, 8), mid, item:sub(10 + mlen), true) end
-      end
+      for _, it in ipairs(items) do put(it[1], it[2], it[3], true) end
       rep.strict, rep.snap = '1', now
     end
     i = i + count
@@ -351,5 +375,6 @@ while i <= #ARGV do
   i = i + 1
 end
 flush()
-if rep then save() end
+-- (A request whose every event failed validation arrives empty: it reads, and changes nothing.)
+if rep and #ARGV > 4 then save() end
 return {1, table.concat(codes), rep and rep.version or '', retry_after, required and 1 or 0}

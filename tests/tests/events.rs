@@ -136,7 +136,7 @@ async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
 
 #[tokio::test]
 async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once() {
-    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 1, json!({})).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
     let r =
@@ -401,4 +401,90 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
         .unwrap();
     assert_eq!(specs, 0, "specs of collected entries stay");
     assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
+}
+
+#[tokio::test]
+async fn data_events_create_reporters_and_a_snapshot_stays_a_fence() {
+    let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    // A reporter never seen may start with data: the add creates it (REGISTER is optional).
+    let r =
+        report(api, inst, l1, "n:1", vec![add(1, "gpu", &[("tp0", "x://1")]), register(&["gpu"]), heartbeat()]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["snapshot_required"], json!(true), "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await, vec![("n:1".into(), 1, 0, 1)]);
+    // A REGISTER that creates a reporter also says a snapshot is wanted.
+    let r = report(api, inst, l1, "m:1", vec![register(&["gpu"])]).await;
+    assert_eq!(r["snapshot_required"], json!(true), "{r}");
+
+    // The snapshot leaves block 1 out: an add of another spec afterwards does not bring back
+    // what the snapshot dropped (tp0), and deleting that spec leaves nothing.
+    let r = report(api, inst, l1, "n:1", vec![snapshot(&[(2, "gpu")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let version = r["committed_snapshot_version"].clone();
+    assert!(hosts(api, inst, &[1], &[]).await.is_empty());
+    let r = report(api, inst, l1, "n:1", vec![add(1, "gpu", &[("tp1", "x://1b")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await, vec![("n:1".into(), 1, 0, 1)]);
+    let r = report(api, inst, l1, "n:1", vec![delete(1, "gpu", &["tp1"])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "tp0 from before the snapshot came back");
+
+    // Delete then add of the same spec in one request: last wins, stored once.
+    let r = report(
+        api,
+        inst,
+        l1,
+        "n:1",
+        vec![add(3, "gpu", &[("tp0", "x://3")]), delete(3, "gpu", &["tp0"]), add(3, "gpu", &[("tp0", "x://3c")])],
+    )
+    .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let mut field = 3i64.to_be_bytes().to_vec();
+    let idx: Vec<u8> = {
+        let raw: Vec<u8> = redis::cmd("HGET")
+            .arg(instance_key(&api.namespace, inst, "engine"))
+            .arg(&3i64.to_be_bytes()[..])
+            .query_async(&mut valkey().await)
+            .await
+            .unwrap();
+        assert_eq!(raw.len(), 11, "{raw:?}");
+        vec![raw[0], raw[1], raw[10]]
+    };
+    field.extend(idx);
+    let specs: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .arg(&field[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(specs, [&[1u8, 3][..], b"tp0", &[6, 0], b"x://3c"].concat(), "one spec, the last URI");
+
+    // Keys: uint64 text is the same 64 bits as its int64; signs and spaces are refused. Spec
+    // names must be the instance's; media have no '#'; delete names are unique.
+    let r = report(api, inst, l1, "n:1", vec![json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "18446744073709551615", "medium": "gpu", "specs": [{"name": "tp0", "uri": "x://m1"}]}})]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[-1], &[]).await, vec![("n:1".into(), 1, 0, 1)], "u64::MAX is -1");
+    for (event, why) in [
+        (
+            json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "+5", "medium": "gpu", "specs": [{"name": "tp0", "uri": "x://5"}]}}),
+            "block_key",
+        ),
+        (
+            json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": " 5", "medium": "gpu", "specs": [{"name": "tp0", "uri": "x://5"}]}}),
+            "block_key",
+        ),
+        (add(5, "gpu", &[("tp9", "x://5")]), "location_spec_infos"),
+        (add(5, "g#pu", &[("tp0", "x://5")]), "'#'"),
+        (delete(5, "gpu", &["tp0", "tp0"]), "twice"),
+    ] {
+        let r = report(api, inst, l1, "n:1", vec![event]).await;
+        assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+        assert!(message(&r).contains(why), "{r}");
+        assert_eq!(r["committed_snapshot_version"], version, "an all-invalid request still tells the version: {r}");
+    }
+    // No events at all: nothing to check, every field at its default.
+    let (_, r) = api.meta("reportEvent", json!({"instance_id": inst, "events": []})).await;
+    assert_eq!(code(&r), "OK", "{r}");
 }

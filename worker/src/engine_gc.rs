@@ -28,6 +28,18 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         if at.is_some_and(|c| c.not_before > now) {
             continue;
         }
+        if !w.registry.snapshot().instances.contains_key(&instance) {
+            // Removed: what engines reported goes with it. (removeInstance drops it; a report
+            // that raced the removal may have written it again.) Only a definite answer drops.
+            if let Err(kvcm_core::Error::Status { code: kvcm_core::wire::StatusCode::INSTANCE_NOT_EXIST, .. }) =
+                w.registry.instance(&instance).await
+            {
+                w.data.drop_engine_reports(&instance).await?;
+            }
+            let not_before = now + PAUSE;
+            w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).insert(instance, Cursor { scan: 0, not_before });
+            continue;
+        }
         let pruned = w.data.prune_engine_reports(&instance, grace, at.map_or(0, |c| c.scan), BATCH).await?;
         w.metrics.engine_entries_dropped.inc_by(pruned.entries_dropped);
         let not_before = if pruned.cursor == 0 { now + PAUSE } else { now };

@@ -22,8 +22,7 @@ pub async fn report_event(
         async {
             let (_, inst) = super::cache::instance(&s, &caller, &req.instance_id).await?;
             let t = Instant::now();
-            let out =
-                s.data.report_event(&inst.instance_id, &req, s.config.report_settings(), s.registry.limits()).await?;
+            let out = s.data.report_event(&inst, &req, s.config.report_settings(), s.registry.limits()).await?;
             s.metrics.data_op("report_event", t.elapsed());
             let failed = out.codes.iter().position(|c| *c != StatusCode::OK);
             let failure = failed.map(|i| (out.codes[i], out.reasons[i].clone().unwrap_or_default()));

@@ -94,18 +94,20 @@ fn text(field: &str, value: &str, max: usize) -> std::result::Result<(), String>
     Ok(())
 }
 
+/// A block key in decimal text: an int64, or a uint64 (vLLM's hashes; the same 64 bits). No
+/// sign, no spaces (as Tair).
 fn block_key(value: &str) -> std::result::Result<[u8; 8], String> {
-    value
-        .trim()
-        .parse::<i64>()
-        .map(block_field)
-        .map_err(|_| format!("block_key '{}' is not an int64 in decimal text", value.escape_debug()))
+    let bad = || format!("block_key '{}' is not an int64 or uint64 in decimal text", value.escape_debug());
+    if value.starts_with('+') || value.trim() != value {
+        return Err(bad());
+    }
+    value.parse::<i64>().or_else(|_| value.parse::<u64>().map(|u| u as i64)).map(block_field).map_err(|_| bad())
 }
 
 fn medium(value: &str) -> std::result::Result<(), String> {
     text("medium", value, MAX_MEDIUM_BYTES)?;
-    if value.contains(',') {
-        return Err(format!("medium '{value}' must not contain ','"));
+    if value.contains(',') || value.contains('#') {
+        return Err(format!("medium '{value}' must not contain ',' or '#'"));
     }
     Ok(())
 }
@@ -119,16 +121,15 @@ fn block_with_specs(
     key: &str,
     med: &str,
     specs: &[LocationSpec],
-    max_specs: usize,
+    names: &[&str],
 ) -> std::result::Result<Vec<u8>, String> {
     let key = block_key(key)?;
     medium(med)?;
     if specs.is_empty() {
         return Err("specs is empty; a reported block needs at least one spec (name and uri)".into());
     }
-    let most = max_specs.min(MAX_SPECS);
-    if specs.len() > most {
-        return Err(format!("specs has {} entries; at most {most} are accepted", specs.len()));
+    if specs.len() > MAX_SPECS {
+        return Err(format!("specs has {} entries; at most {MAX_SPECS} are accepted", specs.len()));
     }
     let mut out = key.to_vec();
     out.push(med.len() as u8);
@@ -137,6 +138,7 @@ fn block_with_specs(
     let mut seen = std::collections::HashSet::new();
     for spec in specs {
         text("spec name", &spec.name, MAX_SPEC_NAME_BYTES)?;
+        spec_name(&spec.name, names)?;
         if !seen.insert(spec.name.as_str()) {
             return Err(format!("spec '{}' appears twice; spec names must be unique", spec.name));
         }
@@ -161,8 +163,21 @@ fn block_with_specs(
     Ok(out)
 }
 
+/// A spec name of the instance (its `location_spec_infos`), as in Tair: what a reporter holds
+/// is parts of the instance's blocks.
+fn spec_name(name: &str, names: &[&str]) -> std::result::Result<(), String> {
+    if names.contains(&name) {
+        return Ok(());
+    }
+    Err(format!(
+        "spec '{}' is not one of the instance's location_spec_infos ({})",
+        name.escape_debug(),
+        names.join(", ")
+    ))
+}
+
 /// Checks one item and encodes it.
-fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, String> {
+fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Result<Encoded, String> {
     use ReportEventType as T;
     let set = [
         ("node_register", item.node_register.is_some(), T::EVENT_NODE_REGISTER),
@@ -215,7 +230,7 @@ fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, Str
         T::EVENT_BLOCK_ADD => {
             let p = item.block_add.as_ref().expect("matched");
             let mut out = b"A".to_vec();
-            out.extend(block_with_specs(&p.block_key, &p.medium, &p.specs, limits.max_specs_per_instance)?);
+            out.extend(block_with_specs(&p.block_key, &p.medium, &p.specs, names)?);
             Ok(Encoded::One(out))
         }
         T::EVENT_BLOCK_DELETE => {
@@ -231,8 +246,12 @@ fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, Str
             if p.spec_names.len() > MAX_SPECS {
                 return Err(format!("spec_names has {} entries; at most {MAX_SPECS} are accepted", p.spec_names.len()));
             }
+            let mut seen = std::collections::HashSet::new();
             for (i, name) in p.spec_names.iter().enumerate() {
                 text("spec name", name, MAX_SPEC_NAME_BYTES)?;
+                if !seen.insert(name.as_str()) {
+                    return Err(format!("spec '{name}' appears twice in spec_names"));
+                }
                 if i > 0 {
                     out.push(0);
                 }
@@ -245,8 +264,8 @@ fn encode(item: &EventItem, limits: &Limits) -> std::result::Result<Encoded, Str
             let mut seen = std::collections::HashSet::new();
             let mut items = Vec::with_capacity(p.blocks.len());
             for b in &p.blocks {
-                let encoded = block_with_specs(&b.block_key, &b.medium, &b.specs, limits.max_specs_per_instance)?;
-                if !seen.insert((b.block_key.trim().to_string(), b.medium.clone())) {
+                let encoded = block_with_specs(&b.block_key, &b.medium, &b.specs, names)?;
+                if !seen.insert((encoded[..8].to_vec(), b.medium.clone())) {
                     return Err(format!(
                         "block {} medium {} appears twice in the snapshot; each appears once with all its specs",
                         b.block_key, b.medium
@@ -283,11 +302,15 @@ impl DataPlane {
     /// Applies one ReportEvent request for the (registered) instance `instance_id`.
     pub async fn report_event(
         &self,
-        instance_id: &str,
+        inst: &crate::wire::InstanceInfo,
         req: &ReportEventRequest,
         settings: ReportSettings,
         limits: &Limits,
     ) -> Result<ReportOutcome> {
+        // No events: nothing to do and nothing to check (Tair answers every field's default).
+        if req.events.is_empty() {
+            return Ok(ReportOutcome::default());
+        }
         let reporter = reporter_id(req.storage_type, &req.host_ip_port)?;
         limits.count("events", req.events.len(), limits.max_keys_per_request, "max_keys_per_request")?;
         let items: usize =
@@ -299,13 +322,11 @@ impl DataPlane {
             reasons: vec![None; req.events.len()],
             ..Default::default()
         };
-        if req.events.is_empty() {
-            return Ok(out);
-        }
+        let names: Vec<&str> = inst.location_spec_infos.iter().map(|s| s.name.as_str()).collect();
         let mut args: Vec<Vec<u8>> = Vec::new();
         let mut sent = Vec::new();
         for (i, item) in req.events.iter().enumerate() {
-            match encode(item, limits) {
+            match encode(item, limits, &names) {
                 Ok(Encoded::One(bytes)) => {
                     args.push(bytes);
                     sent.push(i);
@@ -321,10 +342,9 @@ impl DataPlane {
                 }
             }
         }
-        if sent.is_empty() {
-            return Ok(out);
-        }
-        let keys = self.keys(instance_id);
+        // Even when every item failed validation, the script runs (with no events) for the
+        // reporter's version and whether it needs a snapshot.
+        let keys = self.keys(&inst.instance_id);
         let (grace, interval) = (settings.cleanup_grace_ms.to_string(), settings.snapshot_min_interval_ms.to_string());
         let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let mut argv: Vec<&[u8]> = vec![reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()];
@@ -479,41 +499,47 @@ impl DataPlane {
                 reporters.insert(idx, r);
             }
         }
-        // Per host: which blocks it holds (any tier) and which it holds in L2, up to the first
-        // block nobody holds.
-        let mut held: BTreeMap<&str, (Vec<bool>, Vec<bool>)> = BTreeMap::new();
-        let n = blocks.len();
+        // Per host, per block up to the first block nobody holds: bit 0 held (any tier), bit 1
+        // held in L2. One byte per host and block, only for hosts holding something.
+        const OWN: u8 = 1;
+        const L2: u8 = 2;
+        let mut held: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        let mut reach = 0;
         for (i, raw) in entries.iter().enumerate() {
             let mut any = false;
             if let Some(raw) = raw {
                 visible_records(raw, &reporters, wanted.as_ref(), |idx| {
                     let r = &reporters[&idx];
-                    let (all, l2) = held.entry(r.host.as_str()).or_insert_with(|| (vec![false; n], vec![false; n]));
-                    all[i] = true;
-                    l2[i] |= r.l2;
+                    let flags = held.entry(r.host.as_str()).or_default();
+                    flags.resize(i + 1, 0);
+                    flags[i] |= if r.l2 { OWN | L2 } else { OWN };
                     any = true;
                 });
             }
             if !any {
                 break;
             }
+            reach = i + 1;
         }
+        let at = |flags: &Vec<u8>, i: usize| flags.get(i).copied().unwrap_or(0);
         let mut out = Vec::new();
-        for (host, (own, _)) in &held {
-            let local = own.iter().take_while(|h| **h).count();
+        for (host, own) in &held {
+            let local = (0..reach).take_while(|&i| at(own, i) & OWN != 0).count();
             if local == 0 {
                 continue;
             }
-            // One peer's L2 tier filling the host's gaps: the longest prefix wins.
+            // One peer's L2 tier filling the host's gaps: the longest prefix wins (ties to the
+            // smaller host, the first met). Only a peer holding the first missing block in L2
+            // can extend anything.
             let (mut total, mut fetch) = (local, 0);
-            for (peer, (_, l2)) in &held {
-                if peer == host {
+            for (peer, theirs) in &held {
+                if peer == host || at(theirs, local) & L2 == 0 {
                     continue;
                 }
-                let reach = (0..n).take_while(|&i| own[i] || l2[i]).count();
-                if reach > total {
-                    total = reach;
-                    fetch = (0..reach).filter(|&i| !own[i]).count();
+                let end = (local..reach).find(|&i| at(own, i) & OWN == 0 && at(theirs, i) & L2 == 0).unwrap_or(reach);
+                if end > total {
+                    total = end;
+                    fetch = (local..end).filter(|&i| at(own, i) & OWN == 0).count();
                 }
             }
             out.push(crate::wire::meta::HostCacheMatch {
