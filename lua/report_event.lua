@@ -95,10 +95,31 @@ end
 -- Presence of each touched block: its value in `engine` (records of 11 bytes: idx u16 | epoch
 -- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
 -- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
-local pres, pdirty = {}, {}
+local pres, pdirty, had = {}, {}, {}
 local sset, sdel = {}, {}
-local function rec(mid) return struct.pack('<I2I4I4B', rep.idx, rep.epoch, rep.gen, mid) end
-local function spec_field(key, idx, mid) return key .. struct.pack('<I2B', idx, mid) end
+-- This reporter's record for a medium, and the tail of its specs fields, built once per
+-- (generation, medium) rather than per block.
+local recs, tails, recs_gen = {}, {}, -1
+local function rec(mid)
+  if recs_gen ~= rep.gen then recs, recs_gen = {}, rep.gen end
+  local r = recs[mid]
+  if not r then
+    r = struct.pack('<I2I4I4B', rep.idx, rep.epoch, rep.gen, mid)
+    recs[mid] = r
+  end
+  return r
+end
+local function spec_field(key, idx, mid)
+  if idx == rep.idx then
+    local t = tails[mid]
+    if not t then
+      t = struct.pack('<I2B', idx, mid)
+      tails[mid] = t
+    end
+    return key .. t
+  end
+  return key .. struct.pack('<I2B', idx, mid)
+end
 -- The medium's id (instance-wide, 1..255), created if new; nil when all 255 are taken.
 local mids = {}
 local function medium_id(name)
@@ -233,6 +254,11 @@ local function flush()
   local psets, pdels = {}, {}
   for key in pairs(pdirty) do
     local r, keep = pres[key] or '', {}
+    if not had[key] then
+      -- Nothing stored before this request: only this reporter's current records.
+      if r ~= '' then keep[1] = r end
+      r = ''
+    end
     for p = 1, #r, 11 do
       local idx, epoch, gen, mid = struct.unpack('<I2I4I4B', r, p)
       if current(idx, epoch, gen) then
@@ -292,7 +318,10 @@ do
   end
   for c = 1, #want, 1000 do
     local part = redis.call('HMGET', ENG, unpack(want, c, math.min(c + 999, #want)))
-    for q = 1, #part do pres[want[c + q - 1]] = part[q] end
+    for q = 1, #part do
+      pres[want[c + q - 1]] = part[q]
+      had[want[c + q - 1]] = part[q] and true or nil
+    end
   end
 end
 
@@ -371,10 +400,12 @@ while i <= #ARGV do
   else
     return redis.error_reply('report_event: unknown event ' .. kind)
   end
-  codes[#codes + 1] = string.char(code)
+  codes[#codes + 1] = code
   i = i + 1
 end
 flush()
 -- (A request whose every event failed validation arrives empty: it reads, and changes nothing.)
 if rep and #ARGV > 4 then save() end
-return {1, table.concat(codes), rep and rep.version or '', retry_after, required and 1 or 0}
+local bytes = {}
+for c = 1, #codes, 4000 do bytes[#bytes + 1] = string.char(unpack(codes, c, math.min(c + 3999, #codes))) end
+return {1, table.concat(bytes), rep and rep.version or '', retry_after, required and 1 or 0}
