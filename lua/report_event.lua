@@ -98,10 +98,12 @@ end
 local pres, pdirty, had = {}, {}, {}
 local sset, sdel = {}, {}
 -- This reporter's record for a medium, and the tail of its specs fields, built once per
--- (generation, medium) rather than per block.
-local recs, tails, recs_gen = {}, {}, -1
+-- (lifecycle, generation, medium) rather than per block.
+local recs, tails, r_idx, r_epoch, r_gen = {}, {}, -1, -1, -1
 local function rec(mid)
-  if recs_gen ~= rep.gen then recs, recs_gen = {}, rep.gen end
+  if r_idx ~= rep.idx or r_epoch ~= rep.epoch or r_gen ~= rep.gen then
+    recs, r_idx, r_epoch, r_gen = {}, rep.idx, rep.epoch, rep.gen
+  end
   local r = recs[mid]
   if not r then
     r = struct.pack('<I2I4I4B', rep.idx, rep.epoch, rep.gen, mid)

@@ -488,3 +488,44 @@ async fn data_events_create_reporters_and_a_snapshot_stays_a_fence() {
     let (_, r) = api.meta("reportEvent", json!({"instance_id": inst, "events": []})).await;
     assert_eq!(code(&r), "OK", "{r}");
 }
+
+#[tokio::test]
+async fn a_peer_fills_only_the_gaps_and_report_event_works_over_grpc() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
+    // h holds blocks 0 and 2 itself; its peer p holds 0, 1 in L2 and q holds 0..=3 in L1P5 only
+    // (a tier peers cannot fetch from). With p, h reaches block 3 fetching one block (1); block 2
+    // is its own.
+    for (host, tier, held) in [("h:1", l1, vec![0, 2]), ("p:1", l2, vec![0, 1]), ("q:1", l1, vec![0, 1, 2, 3])] {
+        let mut events = vec![heartbeat()];
+        events.extend(held.iter().map(|&k| add(k, "gpu", &[("tp0", "x://y")])));
+        assert_eq!(code(&report(api, inst, tier, host, events).await), "OK");
+    }
+    let keys = [0, 1, 2, 3, 4];
+    assert_eq!(
+        hosts(api, inst, &keys, &[]).await,
+        vec![("h:1".into(), 1, 1, 3), ("p:1".into(), 2, 0, 2), ("q:1".into(), 4, 0, 4)]
+    );
+    // A repeated key is fetched once.
+    assert_eq!(hosts(api, inst, &[0, 1, 1, 2], &[]).await[0], ("h:1".into(), 1, 1, 4));
+
+    // reportEvent over gRPC: the same per-item results, the first failure in the header.
+    let r = api
+        .grpc_meta(
+            "ReportEvent",
+            json!({"instance_id": inst, "host_ip_port": "g:1", "storage_type": l1,
+                "events": [heartbeat(), add(7, "gpu", &[("nope", "x://y")]), add(8, "gpu", &[("tp0", "x://y")])]}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    assert_eq!(r["item_results"], json!(["OK", "INVALID_ARGUMENT", "OK"]), "{r}");
+    assert_eq!(hosts(api, inst, &[8], &[]).await, vec![("g:1".into(), 1, 0, 1)]);
+
+    // Quotas are for storage types, not for engines' tiers.
+    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["files"], "version": 2,
+        "quota": {"capacity": 0, "quota_config": [{"storage_type": "ST_EVENT_REPORT_L1P5", "capacity": 1}]}}});
+    assert_err(&api.admin("updateInstanceGroup", group).await, "INVALID_ARGUMENT", "quotas apply to storage types");
+}

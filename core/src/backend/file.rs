@@ -6,7 +6,7 @@
 //! its own. Reached through [`super::Backend::unlink`] and [`super::Backend::probe`].
 //!
 //! A deletion unlinks one file name in the spec directories of the instance's own directory
-//! ([`super::Backend::instance_dir`], which no other instance's directory nests in) and nothing
+//! (`<root><path_segment(instance)>/`, which no other instance's directory nests in) and nothing
 //! else: it never follows a symbolic link (an instance or spec directory that is one fails with
 //! the reason) and never enters another instance's tree. A missing storage root is a failure,
 //! not "nothing to delete": an unmounted NFS or 3FS would otherwise release the metadata and
@@ -117,7 +117,7 @@ pub(crate) fn open_root(root: &str) -> Result<OwnedFd, String> {
 /// Unlinks `<instance>/<spec>/<name>` under the open root `root_fd` (named `root` in errors) for
 /// every spec directory `<spec>` of the instance's directory, and touches nothing else:
 ///
-/// * `instance` is the instance's own directory ([`super::Backend::instance_dir`]); no other
+/// * `instance` is the instance's own directory (its [`super::path_segment`]); no other
 ///   instance's directory can be inside it, so every sub-directory is one of this instance's
 ///   specs.
 /// * Only real sub-directories are entered, each opened relative to its parent without following
@@ -142,7 +142,9 @@ pub(crate) fn unlink_in_spec_dirs(root_fd: &OwnedFd, root: &str, instance: &str,
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
                     Err(format!("refusing to delete through {inst}: it is a symbolic link"))
                 }
-                _ => Ok(()),
+                // A plain file, or gone since: nothing to delete.
+                Ok(_) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(format!("cannot inspect {inst}: {e}")),
             };
         }
         Err(e) => return Err(format!("cannot open {inst}: {e}")),

@@ -15,7 +15,8 @@
 //!
 //! This module is the one place where an instance (or spec) name becomes a directory:
 //! [`path_segment`] is used by URI building ([`Backend::uri_prefix`]), by the worker's deleter
-//! ([`Backend::instance_dir`]) and by its health probe ([`Backend::health_probe_path`]).
+//! ([`Backend::unlink`], relative to the open root) and auditor ([`Backend::instance_dir`]) and by
+//! its health probe ([`Backend::health_probe_path`]).
 //! Invariants, all proved by the tests below:
 //!
 //! * **One segment, injective.** `<instance>` and `<spec>` above are `path_segment(name)`: never

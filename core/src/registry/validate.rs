@@ -344,6 +344,17 @@ pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
         if q.storage_type == StorageType::ST_UNSPECIFIED {
             return Err(Error::invalid("instance_group.quota.quota_config[].storage_type is required"));
         }
+        // Engine-reported tiers are the engines' memory: no quota applies to them (nor to
+        // ST_DUMMY, which stores nothing).
+        if matches!(
+            q.storage_type,
+            StorageType::ST_DUMMY | StorageType::ST_EVENT_REPORT_L1P5 | StorageType::ST_EVENT_REPORT_L2
+        ) {
+            return Err(Error::invalid(format!(
+                "instance_group.quota.quota_config: {} holds no kvcm-managed bytes; quotas apply to storage types",
+                q.storage_type
+            )));
+        }
         if !types.insert(q.storage_type) {
             return Err(Error::invalid(format!("instance_group.quota.quota_config lists {} twice", q.storage_type)));
         }

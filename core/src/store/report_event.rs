@@ -539,7 +539,12 @@ impl DataPlane {
                 let end = (local..reach).find(|&i| at(own, i) & OWN == 0 && at(theirs, i) & L2 == 0).unwrap_or(reach);
                 if end > total {
                     total = end;
-                    fetch = (local..end).filter(|&i| at(own, i) & OWN == 0).count();
+                    // Distinct keys (a prompt may repeat one).
+                    fetch = (local..end)
+                        .filter(|&i| at(own, i) & OWN == 0)
+                        .map(|i| blocks[i])
+                        .collect::<std::collections::HashSet<_>>()
+                        .len();
                 }
             }
             out.push(crate::wire::meta::HostCacheMatch {
