@@ -26,7 +26,7 @@ local function alive(idx, epoch, gen)
     local rid = redis.call('HGET', REP, '#' .. idx)
     local rec = rid and redis.call('HGET', REP, rid)
     if rec then
-      local state, _, e, hb, _, g, strict = struct.unpack('<c1I2I4ddI4c1', rec)
+      local state, _, e, hb, _, g, strict = struct.unpack('<c1I4I4ddI4c1', rec)
       if state == 'A' and now - hb <= grace then r = {epoch = e, gen = g, strict = strict} end
     end
     reporters[idx] = r
@@ -39,12 +39,12 @@ for i = 2, #ARGV do
   local raw = redis.call('HGET', ENG, key)
   if raw then
     local keep, gone = {}, {}
-    for p = 1, #raw - 10, 11 do
-      local idx, epoch, gen, mid = struct.unpack('<I2I4I4B', raw, p)
+    for p = 1, #raw - 12, 13 do
+      local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', raw, p)
       if alive(idx, epoch, gen) then
-        keep[#keep + 1] = raw:sub(p, p + 10)
+        keep[#keep + 1] = raw:sub(p, p + 12)
       else
-        gone[#gone + 1] = key .. struct.pack('<I2B', idx, mid)
+        gone[#gone + 1] = key .. struct.pack('<I4B', idx, mid)
       end
     end
     if #gone > 0 then

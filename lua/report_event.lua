@@ -5,10 +5,10 @@
 -- KEYS[1] reporters  hash reporter id -> reporter record; '#<idx>' -> reporter id; '#seq'
 --                    -> the last reporter index handed out; '%<medium>' -> medium id (1..255);
 --                    '%seq' -> the last medium id handed out
--- KEYS[2] engine     hash block key (8 bytes) -> presence: one 11-byte record per (reporter,
---                    medium) holding the block: idx u16 | epoch u32 | generation u32 | medium id
+-- KEYS[2] engine     hash block key (8 bytes) -> presence: one 13-byte record per (reporter,
+--                    medium) holding the block: idx u32 | epoch u32 | generation u32 | medium id
 --                    u8 (all a getHostCacheState read needs)
--- KEYS[3] specs      hash block key .. idx u16 .. medium id u8 -> that entry's specs: count u8 |
+-- KEYS[3] specs      hash block key .. idx u32 .. medium id u8 -> that entry's specs: count u8 |
 --                    (name length u8 | name | uri length u16 | uri)*
 -- ARGV[1] reporter id
 -- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (unregistered) for events
@@ -24,7 +24,7 @@
 --                                              arguments: key(8) mlen u8 medium specs
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
---   | idx u16 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
+--   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
 --   | heartbeat ms (double) | last snapshot commit ms (double, 0 = none) | generation u32
 --   (0 = none yet) | strict c1 ('1' once a snapshot committed: only the current generation is
 --   visible; '0' soft: every record of the epoch is) | version (32 hex, or empty) '\0' | mediums
@@ -58,7 +58,7 @@ local rep
 do
   local raw = redis.call('HGET', REP, id)
   if raw then
-    local state, idx, epoch, hb, snap, gen, strict, p = struct.unpack('<c1I2I4ddI4c1', raw)
+    local state, idx, epoch, hb, snap, gen, strict, p = struct.unpack('<c1I4I4ddI4c1', raw)
     local z = raw:find('\0', p, true)
     rep = {state = state, idx = idx, epoch = epoch, hb = hb, snap = snap, gen = gen, strict = strict,
            version = raw:sub(p, z - 1), mediums = raw:sub(z + 1)}
@@ -66,13 +66,13 @@ do
   end
 end
 local function save()
-  redis.call('HSET', REP, id, struct.pack('<c1I2I4ddI4c1', rep.state, rep.idx, rep.epoch, rep.hb, rep.snap,
+  redis.call('HSET', REP, id, struct.pack('<c1I4I4ddI4c1', rep.state, rep.idx, rep.epoch, rep.hb, rep.snap,
     rep.gen, rep.strict) .. rep.version .. '\0' .. rep.mediums)
 end
 -- A reporter seen for the first time: a new index, epoch 1, live now.
 local function create()
   local idx = redis.call('HINCRBY', REP, '#seq', 1)
-  if idx > 65535 then return false end
+  if idx > 4294967295 then return false end
   redis.call('HSET', REP, '#' .. idx, id)
   rep = {state = 'A', idx = idx, epoch = 1, hb = now, snap = 0, gen = 0, strict = '0', version = '', mediums = ''}
   return true
@@ -92,7 +92,7 @@ local function merge_mediums(list)
   return true
 end
 
--- Presence of each touched block: its value in `engine` (records of 11 bytes: idx u16 | epoch
+-- Presence of each touched block: its value in `engine` (records of 13 bytes: idx u32 | epoch
 -- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
 -- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
 local pres, pdirty, had = {}, {}, {}
@@ -106,7 +106,7 @@ local function rec(mid)
   end
   local r = recs[mid]
   if not r then
-    r = struct.pack('<I2I4I4B', rep.idx, rep.epoch, rep.gen, mid)
+    r = struct.pack('<I4I4I4B', rep.idx, rep.epoch, rep.gen, mid)
     recs[mid] = r
   end
   return r
@@ -115,12 +115,12 @@ local function spec_field(key, idx, mid)
   if idx == rep.idx then
     local t = tails[mid]
     if not t then
-      t = struct.pack('<I2B', idx, mid)
+      t = struct.pack('<I4B', idx, mid)
       tails[mid] = t
     end
     return key .. t
   end
-  return key .. struct.pack('<I2B', idx, mid)
+  return key .. struct.pack('<I4B', idx, mid)
 end
 -- The medium's id (instance-wide, 1..255), created if new; nil when all 255 are taken.
 local mids = {}
@@ -139,8 +139,8 @@ end
 -- Position of this reporter's record for `mid` in `r` (any epoch), or nil.
 local function find(r, mid)
   if not r then return nil end
-  for p = 1, #r, 11 do
-    if struct.unpack('<I2', r, p) == rep.idx and r:byte(p + 10) == mid then return p end
+  for p = 1, #r, 13 do
+    if struct.unpack('<I4', r, p) == rep.idx and r:byte(p + 12) == mid then return p end
   end
   return nil
 end
@@ -175,7 +175,7 @@ end
 -- and, once a snapshot committed, its generation (an entry the snapshot left out is not merged
 -- into: it is gone, and an add starts it afresh).
 local function live_own(r, p)
-  local epoch, gen = struct.unpack('<I4I4', r, p + 2)
+  local epoch, gen = struct.unpack('<I4I4', r, p + 4)
   return epoch == rep.epoch and (rep.strict ~= '1' or gen == rep.gen)
 end
 local function put(key, mid, blob, replace)
@@ -197,8 +197,8 @@ local function put(key, mid, blob, replace)
     end
   end
   if p then
-    pres[key] = r:sub(1, p - 1) .. rec(mid) .. r:sub(p + 11)
-  elseif r and #r >= 11 * 256 then
+    pres[key] = r:sub(1, p - 1) .. rec(mid) .. r:sub(p + 13)
+  elseif r and #r >= 13 * 256 then
     -- 256 (reporter, medium) records per block at most: a read of a prompt stays bounded.
     return 7
   else
@@ -221,7 +221,7 @@ local function drop(key, mid, names)
     if not gone[s[1]] then kept[#kept + 1] = s end
   end
   if #kept == 0 then
-    pres[key] = r:sub(1, p - 1) .. r:sub(p + 11)
+    pres[key] = r:sub(1, p - 1) .. r:sub(p + 13)
     sset[field], sdel[field] = nil, true
   else
     sset[field] = encode_specs(kept)
@@ -244,7 +244,7 @@ local function current(idx, epoch, gen)
       local record = rid and redis.call('HGET', REP, rid)
       r = false
       if record then
-        local _, _, e, _, _, g, strict = struct.unpack('<c1I2I4ddI4c1', record)
+        local _, _, e, _, _, g, strict = struct.unpack('<c1I4I4ddI4c1', record)
         r = {epoch = e, gen = g, strict = strict}
       end
       others[idx] = r
@@ -261,10 +261,10 @@ local function flush()
       if r ~= '' then keep[1] = r end
       r = ''
     end
-    for p = 1, #r, 11 do
-      local idx, epoch, gen, mid = struct.unpack('<I2I4I4B', r, p)
+    for p = 1, #r, 13 do
+      local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', r, p)
       if current(idx, epoch, gen) then
-        keep[#keep + 1] = r:sub(p, p + 10)
+        keep[#keep + 1] = r:sub(p, p + 12)
       else
         local field = spec_field(key, idx, mid)
         sset[field], sdel[field] = nil, true
@@ -382,7 +382,7 @@ while i <= #ARGV do
       local mlen = item:byte(9)
       local key, mid = item:sub(1, 8), medium_id(item:sub(10, 9 + mlen))
       local r = pres[key]
-      if not mid or (r and #r >= 11 * 256 and not find(r, mid)) then code = 7 end
+      if not mid or (r and #r >= 13 * 256 and not find(r, mid)) then code = 7 end
       items[#items + 1] = {key, mid, item:sub(10 + mlen)}
     end
     if code ~= 1 then

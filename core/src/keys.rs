@@ -145,7 +145,7 @@ pub struct InstanceKeys {
     /// Hash: engine reporter id (`<storage type>|<host_ip_port>`) → reporter record; `#<idx>` →
     /// reporter id; `#seq` → last index handed out (`lua/report_event.lua`).
     pub reporters: String,
-    /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (11-byte records:
+    /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (13-byte records:
     /// reporter index, lifecycle epoch, generation, medium id).
     pub engine: String,
     /// Hash: block key, reporter index, medium id → that engine entry's specs and URIs.

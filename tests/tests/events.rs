@@ -176,7 +176,7 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(r["committed_snapshot_version"], json!(""), "a new lifecycle has no generation: {r}");
     assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "nothing from before HOST_DOWN comes back");
-    // Writing block 2 again drops the record of the old lifecycle, and its specs: one 11-byte
+    // Writing block 2 again drops the record of the old lifecycle, and its specs: one 13-byte
     // presence record is left, and one specs field in the whole instance.
     let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
@@ -186,7 +186,7 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
         .query_async(&mut valkey().await)
         .await
         .unwrap();
-    assert_eq!(raw.len(), 11, "{raw:?}");
+    assert_eq!(raw.len(), 13, "{raw:?}");
     let specs: i64 = redis::cmd("HLEN")
         .arg(instance_key(&api.namespace, inst, "engine_specs"))
         .query_async(&mut valkey().await)
@@ -449,8 +449,8 @@ async fn data_events_create_reporters_and_a_snapshot_stays_a_fence() {
             .query_async(&mut valkey().await)
             .await
             .unwrap();
-        assert_eq!(raw.len(), 11, "{raw:?}");
-        vec![raw[0], raw[1], raw[10]]
+        assert_eq!(raw.len(), 13, "{raw:?}");
+        vec![raw[0], raw[1], raw[2], raw[3], raw[12]]
     };
     field.extend(idx);
     let specs: Vec<u8> = redis::cmd("HGET")

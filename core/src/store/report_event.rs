@@ -374,7 +374,7 @@ impl DataPlane {
                     settings.snapshot_min_interval_ms, out.retry_after_ms
                 )),
                 StatusCode::REACH_MAX_ENTITY_CAPACITY => {
-                    Some(format!("event {i}: the instance has 65,535 reporters or 255 media already"))
+                    Some(format!("event {i}: the instance has 255 media already, or the block 256 reporters' records"))
                 }
                 other => Some(format!("event {i}: {}", other.name())),
             };
@@ -411,12 +411,12 @@ struct Reporter {
 fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Reporter> {
     let id = std::str::from_utf8(id).ok()?;
     let (tier, host) = id.split_once('|')?;
+    // state c1 | idx u32 | epoch u32 | heartbeat f64 | snapshot f64 | generation u32 | strict c1
     let state = *raw.first()?;
-    let idx_epoch = raw.get(1..7)?;
-    let epoch = u32::from_le_bytes(idx_epoch[2..6].try_into().ok()?);
-    let hb = f64::from_le_bytes(raw.get(7..15)?.try_into().ok()?);
-    let generation = u32::from_le_bytes(raw.get(23..27)?.try_into().ok()?);
-    let strict = *raw.get(27)? == b'1';
+    let epoch = u32::from_le_bytes(raw.get(5..9)?.try_into().ok()?);
+    let hb = f64::from_le_bytes(raw.get(9..17)?.try_into().ok()?);
+    let generation = u32::from_le_bytes(raw.get(25..29)?.try_into().ok()?);
+    let strict = *raw.get(29)? == b'1';
     Some(Reporter {
         host: host.to_string(),
         l2: tier == "L2",
@@ -427,22 +427,22 @@ fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Repor
     })
 }
 
-/// Calls `f(idx)` for each record of a block's presence (`engine` value: 11-byte records of
+/// Calls `f(idx)` for each record of a block's presence (`engine` value: 13-byte records of
 /// reporter index, epoch, generation, medium id) that is visible and in one of `mediums` (all
 /// when `None`).
 fn visible_records(
     raw: &[u8],
-    reporters: &std::collections::HashMap<u16, Reporter>,
+    reporters: &std::collections::HashMap<u32, Reporter>,
     mediums: Option<&std::collections::HashSet<u8>>,
-    mut f: impl FnMut(u16),
+    mut f: impl FnMut(u32),
 ) {
-    for r in raw.chunks_exact(11) {
-        let idx = u16::from_le_bytes([r[0], r[1]]);
-        let epoch = u32::from_le_bytes([r[2], r[3], r[4], r[5]]);
-        let generation = u32::from_le_bytes([r[6], r[7], r[8], r[9]]);
+    for r in raw.chunks_exact(13) {
+        let idx = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        let epoch = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
+        let generation = u32::from_le_bytes([r[8], r[9], r[10], r[11]]);
         let Some(rep) = reporters.get(&idx) else { continue };
         let current = rep.live && rep.epoch == epoch && (!rep.strict || rep.generation == generation);
-        if current && mediums.is_none_or(|m| m.contains(&r[10])) {
+        if current && mediums.is_none_or(|m| m.contains(&r[12])) {
             f(idx);
         }
     }
@@ -489,7 +489,7 @@ impl DataPlane {
         });
         let mut reporters = HashMap::new();
         for (field, id) in &all {
-            let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u16>().ok())
+            let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok())
             else {
                 continue;
             };
