@@ -355,7 +355,9 @@ while i <= #ARGV do
     end
   elseif kind == 'X' then
     if rep and rep.state == 'A' then
-      rep.state, rep.epoch = 'T', rep.epoch + 1
+      -- The heartbeat field of an unregistered reporter says since when (the worker forgets
+      -- the reporter a cleanup grace later: lua/reap_reporters.lua).
+      rep.state, rep.epoch, rep.hb = 'T', rep.epoch + 1, now
       rep.gen, rep.version, rep.strict, rep.snap = 0, '', '0', 0
     end
   elseif (not rep and not create()) or rep.state == 'T' then

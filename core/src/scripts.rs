@@ -100,6 +100,7 @@ scripts! {
     EVICT => "evict.lua",
     REPORT_EVENT => "report_event.lua",
     PRUNE_ENGINE => "prune_engine.lua",
+    REAP_REPORTERS => "reap_reporters.lua",
 }
 
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).

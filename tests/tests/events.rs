@@ -529,3 +529,46 @@ async fn a_peer_fills_only_the_gaps_and_report_event_works_over_grpc() {
         "quota": {"capacity": 0, "quota_config": [{"storage_type": "ST_EVENT_REPORT_L1P5", "capacity": 1}]}}});
     assert_err(&api.admin("updateInstanceGroup", group).await, "INVALID_ARGUMENT", "quotas apply to storage types");
 }
+
+#[tokio::test]
+async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
+    let ns = unique("events");
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "1000")];
+    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    for host in ["gone:1", "stays:1"] {
+        let r = report(api, inst, l1, host, vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
+        assert_eq!(code(&r), "OK", "{r}");
+    }
+    let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
+    assert_eq!(code(&report(api, inst, l1, "gone:1", vec![down]).await), "OK");
+    let reporters = instance_key(&api.namespace, inst, "reporters");
+    let c = valkey().await;
+    let has = |id: &'static str| {
+        let mut c = c.clone();
+        let reporters = reporters.clone();
+        async move { redis::cmd("HEXISTS").arg(&reporters).arg(id).query_async::<i64>(&mut c).await.unwrap() == 1 }
+    };
+    // Within the grace the tombstone holds: a heartbeat is refused.
+    assert_eq!(code(&report(api, inst, l1, "gone:1", vec![heartbeat()]).await), "NODE_NOT_REGISTERED");
+    let worker = WorkerProc::start(&ns, &env);
+    let stays = async {
+        loop {
+            assert_eq!(code(&report(api, inst, l1, "stays:1", vec![heartbeat()]).await), "OK");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    let forgotten = async {
+        eventually(std::time::Duration::from_secs(20), || async { (!has("L1P5|gone:1").await).then_some(()) }).await
+    };
+    let forgotten = tokio::select! { f = forgotten => f, _ = stays => unreachable!() };
+    assert!(forgotten.is_some(), "a reporter down for over a grace was kept");
+    assert!(has("L1P5|stays:1").await, "a live reporter was forgotten");
+    assert!(worker.metric("kvcm_worker_engine_reporters_forgotten_total").await >= 1.0);
+    // The host comes back: a new reporter (created by its heartbeat), with nothing from before.
+    let r = report(api, inst, l1, "gone:1", vec![heartbeat()]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(r["snapshot_required"], json!(true), "{r}");
+    assert_eq!(hosts(api, inst, &[1], &[]).await, vec![("stays:1".into(), 1, 0, 1)]);
+}

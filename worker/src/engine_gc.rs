@@ -3,7 +3,9 @@
 //! lifecycle, or committed a snapshot that left them out. Queries already hide them (O(1) per
 //! reporter); this frees their memory. Each step scans the next batch of every instance's
 //! engine-reported blocks from where the last step stopped (`lua/prune_engine.lua`, atomic per
-//! batch); any number of workers may run it at once (the script is idempotent).
+//! batch); any number of workers may run it at once (the script is idempotent). After each
+//! complete pass over an instance, reporters unregistered for longer than the cleanup grace are
+//! forgotten (`lua/reap_reporters.lua`).
 
 use crate::Worker;
 
@@ -42,6 +44,10 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         }
         let pruned = w.data.prune_engine_reports(&instance, grace, at.map_or(0, |c| c.scan), BATCH).await?;
         w.metrics.engine_entries_dropped.inc_by(pruned.entries_dropped);
+        if pruned.cursor == 0 {
+            // A complete pass: reporters gone for longer than the grace can be forgotten.
+            w.metrics.engine_reporters_forgotten.inc_by(w.data.reap_reporters(&instance, grace).await?);
+        }
         let not_before = if pruned.cursor == 0 { now + PAUSE } else { now };
         w.engine_cursors
             .lock()

@@ -20,6 +20,7 @@ pub struct Metrics {
     pub dead_letters_refused: IntCounter,
     pub sessions_expired: IntCounter,
     pub engine_entries_dropped: IntCounter,
+    pub engine_reporters_forgotten: IntCounter,
     pub evictions: IntCounterVec,
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
@@ -58,6 +59,11 @@ impl Metrics {
             engine_entries_dropped: IntCounter::new(
                 "kvcm_worker_engine_entries_dropped_total",
                 "Engine-reported entries collected because they can never be visible again",
+            )
+            .expect("metric"),
+            engine_reporters_forgotten: IntCounter::new(
+                "kvcm_worker_engine_reporters_forgotten_total",
+                "Engine reporters forgotten a cleanup grace after they were unregistered",
             )
             .expect("metric"),
             evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
@@ -109,6 +115,7 @@ impl Metrics {
             Box::new(m.dead_letters_refused.clone()),
             Box::new(m.sessions_expired.clone()),
             Box::new(m.engine_entries_dropped.clone()),
+            Box::new(m.engine_reporters_forgotten.clone()),
             Box::new(m.evictions.clone()),
             Box::new(m.leases.clone()),
             Box::new(m.reclaim_seconds.clone()),

@@ -603,3 +603,15 @@ impl DataPlane {
         Ok(out)
     }
 }
+
+impl DataPlane {
+    /// Forgets the instance's reporters unregistered for longer than the cleanup grace
+    /// (`lua/reap_reporters.lua`); the worker runs it after each complete collection pass.
+    /// Returns how many were forgotten.
+    pub async fn reap_reporters(&self, instance_id: &str, cleanup_grace_ms: u64) -> Result<u64> {
+        let keys = self.keys(instance_id);
+        let grace = cleanup_grace_ms.to_string();
+        let reply = self.run(&scripts::REAP_REPORTERS, &[&keys.reporters], &[grace.as_bytes()]).await?;
+        super::first::<u64>(reply)
+    }
+}
