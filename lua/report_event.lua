@@ -22,6 +22,11 @@
 --   'D' key(8) mlen u8 medium name '\0' name... BLOCK_DELETE
 --   'S' count                                  BLOCK_SNAPSHOT, its `count` items in the next
 --                                              arguments: key(8) mlen u8 medium specs
+--   'B' idx u32 epoch u32 gen u32 count        `count` BLOCK_ADDs the frontend prepared against
+--                                              the reporter record it read (distinct blocks
+--                                              and media), last in the request: then `count`
+--                                              pairs (key, presence record) and `count` pairs
+--                                              (specs field, specs), HSET-ready
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
@@ -315,6 +320,13 @@ do
         if not seen[key] then seen[key] = true; want[#want + 1] = key end
       end
       j = j + count
+    elseif kind == 'B' then
+      local count = tonumber(ARGV[j]:sub(14))
+      for q = j + 1, j + 2 * count, 2 do
+        local key = ARGV[q]
+        if not seen[key] then seen[key] = true; want[#want + 1] = key end
+      end
+      j = j + 4 * count
     end
     j = j + 1
   end
@@ -365,6 +377,13 @@ while i <= #ARGV do
     -- never revives an unregistered one.
     code = rep and 10 or 7
     if kind == 'S' then i = i + tonumber(ev:sub(2)) end
+    if kind == 'B' then
+      -- One code per add the batch carries.
+      local count = tonumber(ev:sub(14))
+      for _ = 1, count do codes[#codes + 1] = code end
+      i = i + 4 * count
+      code = nil
+    end
   elseif kind == 'A' or kind == 'D' then
     generation()
     local key, mlen = ev:sub(2, 9), ev:byte(10)
@@ -401,10 +420,41 @@ while i <= #ARGV do
       rep.strict, rep.snap = '1', now
     end
     i = i + count
+  elseif kind == 'B' then
+    -- Adds the frontend prepared against the reporter's record (see the header): blocks no
+    -- reporter held before are stored as sent, with no per-block Lua work; the rest (or all,
+    -- if the reporter changed since the frontend read it) are merged as single adds.
+    local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
+    local count = tonumber(ev:sub(14))
+    local P, Q = i + 1, i + 1 + 2 * count
+    local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
+    local fresh_all = same
+    if same then
+      for q = 0, count - 1 do
+        local key = ARGV[P + 2 * q]
+        if pres[key] or pdirty[key] then fresh_all = false break end
+      end
+    end
+    if fresh_all then
+      for c = 0, count - 1, 500 do
+        local last = math.min(c + 499, count - 1)
+        redis.call('HSET', ENG, unpack(ARGV, P + 2 * c, P + 2 * last + 1))
+        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+      end
+      for _ = 1, count do codes[#codes + 1] = 1 end
+    else
+      generation()
+      for q = 0, count - 1 do
+        local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
+        codes[#codes + 1] = put(key, record:byte(13), ARGV[Q + 2 * q + 1], false)
+      end
+    end
+    i = i + 4 * count
+    code = nil
   else
     return redis.error_reply('report_event: unknown event ' .. kind)
   end
-  codes[#codes + 1] = code
+  if code then codes[#codes + 1] = code end
   i = i + 1
 end
 flush()

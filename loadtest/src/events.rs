@@ -72,6 +72,10 @@ pub async fn run(
             let keys: Vec<i64> =
                 (0..n as i64).map(|i| 100_000_000 * (1 + round as i64) + 1_000_000 * n as i64 + i).collect();
             let host = format!("add-{n}-{round}:9600");
+            // The engine has registered and reported before (its reporter and generation exist),
+            // as an engine adding blocks in batches has.
+            let hello = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&[1], &host));
+            ok(&http.post("/api/reportEvent", hello).await?)?;
             let body = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&keys, &host));
             for times in [&mut create, &mut update] {
                 let t = Instant::now();

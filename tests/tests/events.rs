@@ -572,3 +572,49 @@ async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
     assert_eq!(r["snapshot_required"], json!(true), "{r}");
     assert_eq!(hosts(api, inst, &[1], &[]).await, vec![("stays:1".into(), 1, 0, 1)]);
 }
+
+#[tokio::test]
+async fn large_batches_of_adds_store_new_blocks_as_sent_and_merge_the_rest() {
+    let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let batch = |host: &str, keys: std::ops::Range<i64>, spec: &str| {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.map(|k| add(k, "gpu", &[(spec, &uri(host, k))])));
+        events
+    };
+    // A reporter with a generation sends 100 new blocks, one of them invalid: prepared by the
+    // frontend, stored as sent; the invalid one alone fails.
+    assert_eq!(code(&report(api, inst, l1, "a:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await), "OK");
+    let mut events = batch("a:1", 1000..1100, "tp0");
+    events[50] = add(1049, "gpu", &[("tp9", "x://bad")]);
+    let r = report(api, inst, l1, "a:1", events).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    let results = r["item_results"].as_array().unwrap();
+    assert_eq!(results.len(), 101);
+    assert!(results.iter().enumerate().all(|(i, c)| c == if i == 50 { "INVALID_ARGUMENT" } else { "OK" }), "{r}");
+    let keys: Vec<i64> = (1000..1100).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 49, 0, 49)], "block 1049 was refused");
+    // Another host holds half of a batch already: those merge, the rest are new.
+    assert_eq!(code(&report(api, inst, l1, "b:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await), "OK");
+    assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
+    let keys: Vec<i64> = (1050..1100).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 50, 0, 50), ("b:1".into(), 50, 0, 50)]);
+    // The same blocks again with another spec: merged by spec name, not replaced.
+    assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
+    let idx: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine"))
+        .arg(&1149i64.to_be_bytes()[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(idx.len(), 13, "one record: {idx:?}");
+    let field = [&1149i64.to_be_bytes()[..], &idx[..4], &idx[12..13]].concat();
+    let specs: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .arg(&field[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(specs[0], 2, "tp0 and tp1: {specs:?}");
+}

@@ -324,7 +324,7 @@ impl DataPlane {
         };
         let names: Vec<&str> = inst.location_spec_infos.iter().map(|s| s.name.as_str()).collect();
         let mut args: Vec<Vec<u8>> = Vec::new();
-        let mut sent = Vec::new();
+        let mut sent: Vec<usize> = Vec::new();
         for (i, item) in req.events.iter().enumerate() {
             match encode(item, limits, &names) {
                 Ok(Encoded::One(bytes)) => {
@@ -342,9 +342,15 @@ impl DataPlane {
                 }
             }
         }
+        let keys = self.keys(&inst.instance_id);
+        // Many adds of a known reporter: prepared here against its record, so that the script
+        // stores new blocks as sent (see `lua/report_event.lua`, event 'B').
+        if let Some((batched_args, batched_sent)) = self.prepare_adds(&keys, &reporter, &args, &sent).await? {
+            args = batched_args;
+            sent = batched_sent;
+        }
         // Even when every item failed validation, the script runs (with no events) for the
         // reporter's version and whether it needs a snapshot.
-        let keys = self.keys(&inst.instance_id);
         let (grace, interval) = (settings.cleanup_grace_ms.to_string(), settings.snapshot_min_interval_ms.to_string());
         let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let mut argv: Vec<&[u8]> = vec![reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()];
@@ -613,5 +619,97 @@ impl DataPlane {
         let grace = cleanup_grace_ms.to_string();
         let reply = self.run(&scripts::REAP_REPORTERS, &[&keys.reporters], &[grace.as_bytes()]).await?;
         super::first::<u64>(reply)
+    }
+}
+
+/// Requests with fewer adds than this go as single events (preparing costs a round trip).
+const PREPARE_AT: usize = 64;
+
+impl DataPlane {
+    /// For a request of only adds and heartbeats (at least [`PREPARE_AT`] adds, distinct blocks
+    /// and media) of a reporter that exists, is registered and has a generation, with every
+    /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
+    /// (key, presence record) and (specs field, specs) pairs built from the reporter's record as
+    /// read now — and the event indexes in the order the script answers them. `None` when the
+    /// request does not qualify; the script falls back to single adds itself when the record
+    /// changed meanwhile.
+    async fn prepare_adds(
+        &self,
+        keys: &crate::keys::InstanceKeys,
+        reporter: &str,
+        args: &[Vec<u8>],
+        sent: &[usize],
+    ) -> Result<Option<(Vec<Vec<u8>>, Vec<usize>)>> {
+        let adds = args.iter().filter(|a| a.first() == Some(&b'A')).count();
+        if adds < PREPARE_AT || args.iter().any(|a| !matches!(a.first(), Some(b'A' | b'H'))) {
+            return Ok(None);
+        }
+        // (key, medium) of each add, distinct.
+        fn split(a: &[u8]) -> (&[u8], &[u8], &[u8]) {
+            let mlen = a[9] as usize;
+            (&a[1..9], &a[10..10 + mlen], &a[10 + mlen..])
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut media: Vec<&[u8]> = Vec::new();
+        for a in args.iter().filter(|a| a[0] == b'A') {
+            let (key, medium, _) = split(a);
+            if !seen.insert((key, medium)) {
+                return Ok(None);
+            }
+            if !media.contains(&medium) {
+                media.push(medium);
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(&keys.reporters).arg(reporter);
+        let hmget = pipe.cmd("HMGET").arg(&keys.reporters);
+        for m in &media {
+            hmget.arg([b"%".as_slice(), m].concat());
+        }
+        let (record, ids): (Option<Vec<u8>>, Vec<Option<String>>) = pipe.query_async(&mut self.conn()).await?;
+        let Some(record) = record.filter(|r| r.len() >= 30 && r[0] == b'A') else { return Ok(None) };
+        let generation = u32::from_le_bytes(record[25..29].try_into().expect("4 bytes"));
+        let Some(ids) = ids.iter().map(|i| i.as_deref()?.parse::<u8>().ok()).collect::<Option<Vec<u8>>>() else {
+            return Ok(None);
+        };
+        if generation == 0 {
+            return Ok(None);
+        }
+        // idx u32 | epoch u32 | generation u32 (the record: state | idx | epoch | heartbeat |
+        // snapshot | generation | …)
+        let header = [&record[1..9], &record[25..29]].concat();
+        let mut out: Vec<Vec<u8>> = Vec::with_capacity(args.len() + 3 * adds + 1);
+        let mut order = Vec::with_capacity(sent.len());
+        for (a, &i) in args.iter().zip(sent) {
+            if a[0] == b'H' {
+                out.push(a.clone());
+                order.push(i);
+            }
+        }
+        let mut b = vec![b'B'];
+        b.extend_from_slice(&header);
+        b.extend_from_slice(adds.to_string().as_bytes());
+        out.push(b);
+        let (mut pres, mut specs) = (Vec::with_capacity(2 * adds), Vec::with_capacity(2 * adds));
+        for (a, &i) in args.iter().zip(sent) {
+            if a[0] != b'A' {
+                continue;
+            }
+            let (key, medium, blob) = split(a);
+            let mid = ids[media.iter().position(|m| *m == medium).expect("collected above")];
+            let mut rec = header.to_vec();
+            rec.push(mid);
+            let mut field = key.to_vec();
+            field.extend_from_slice(&header[..4]);
+            field.push(mid);
+            pres.push(key.to_vec());
+            pres.push(rec);
+            specs.push(field);
+            specs.push(blob.to_vec());
+            order.push(i);
+        }
+        out.extend(pres);
+        out.extend(specs);
+        Ok(Some((out, order)))
     }
 }
