@@ -23,8 +23,8 @@
 --   'S' count                                  BLOCK_SNAPSHOT, its `count` items in the next
 --                                              arguments: key(8) mlen u8 medium specs
 --   'B' idx u32 epoch u32 gen u32 count        `count` BLOCK_ADDs the frontend prepared against
---                                              the reporter record it read (distinct blocks
---                                              and media), last in the request: then `count`
+--                                              the reporter record it read (distinct blocks),
+--                                              last in the request: then `count`
 --                                              pairs (key, presence record) and `count` pairs
 --                                              (specs field, specs), HSET-ready
 --
@@ -35,7 +35,8 @@
 --   visible; '0' soft: every record of the epoch is) | version (32 hex, or empty) '\0' | mediums
 --   (comma separated)
 --
--- Reply: {1, codes, version, retry_after_ms, snapshot_required}: `codes` one byte per event
+-- Reply: {1, codes, version, retry_after_ms, snapshot_required, adds stored as prepared ('B')}:
+--   `codes` one byte per event
 --   (the ErrorCode number: 1 OK, 7 REACH_MAX_ENTITY_CAPACITY, 10 NODE_NOT_REGISTERED, 13
 --   SNAPSHOT_RATE_LIMITED); `version` the committed generation's version after the request ('' if
 --   none).
@@ -322,6 +323,7 @@ do
       j = j + count
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:sub(14))
+      if j + 4 * count ~= #ARGV then return redis.error_reply('report_event: a B batch must come last') end
       for q = j + 1, j + 2 * count, 2 do
         local key = ARGV[q]
         if not seen[key] then seen[key] = true; want[#want + 1] = key end
@@ -339,7 +341,7 @@ do
   end
 end
 
-local codes, retry_after = {}, 0
+local codes, retry_after, prepared = {}, 0, 0
 local i = 5
 while i <= #ARGV do
   local ev = ARGV[i]
@@ -421,18 +423,23 @@ while i <= #ARGV do
     end
     i = i + count
   elseif kind == 'B' then
-    -- Adds the frontend prepared against the reporter's record (see the header): blocks no
-    -- reporter held before are stored as sent, with no per-block Lua work; the rest (or all,
-    -- if the reporter changed since the frontend read it) are merged as single adds.
+    -- Adds the frontend prepared against the reporter's record (see the header): when no block
+    -- of the batch is held by anyone yet and the record is unchanged since the frontend read
+    -- it, the pairs are stored as sent, with no per-block Lua work; otherwise every add of the
+    -- batch goes through the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local count = tonumber(ev:sub(14))
     local P, Q = i + 1, i + 1 + 2 * count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     local fresh_all = same
     if same then
+      local batch = {}
       for q = 0, count - 1 do
         local key = ARGV[P + 2 * q]
-        if pres[key] or pdirty[key] then fresh_all = false break end
+        -- A block held already, touched earlier in the request, or twice in the batch (two
+        -- media: one HSET field would keep only the last record) takes the per-add path.
+        if pres[key] or pdirty[key] or batch[key] then fresh_all = false break end
+        batch[key] = true
       end
     end
     if fresh_all then
@@ -442,6 +449,7 @@ while i <= #ARGV do
         redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
       end
       for _ = 1, count do codes[#codes + 1] = 1 end
+      prepared = prepared + count
     else
       generation()
       for q = 0, count - 1 do
@@ -462,4 +470,4 @@ flush()
 if rep and #ARGV > 4 then save() end
 local bytes = {}
 for c = 1, #codes, 4000 do bytes[#bytes + 1] = string.char(unpack(codes, c, math.min(c + 3999, #codes))) end
-return {1, table.concat(bytes), rep and rep.version or '', retry_after, required and 1 or 0}
+return {1, table.concat(bytes), rep and rep.version or '', retry_after, required and 1 or 0, prepared}

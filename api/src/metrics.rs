@@ -38,6 +38,8 @@ pub struct Metrics {
     auth: IntCounterVec,
     password_checks: prometheus::IntCounter,
     pub event_log_dropped: prometheus::IntCounter,
+    /// Engine-reported blocks a reportEvent batch stored as the frontend prepared them.
+    pub engine_blocks_prepared: prometheus::IntCounter,
     /// Instances with their own label, and the cap.
     labelled: Arc<RwLock<HashSet<String>>>,
     max_labelled: usize,
@@ -109,6 +111,11 @@ impl Metrics {
             "Argon2 password verifications run (unknown users included: they cost the same)",
         )
         .expect("valid metric");
+        let engine_blocks_prepared = prometheus::IntCounter::new(
+            "kvcm_engine_blocks_prepared_total",
+            "Engine-reported blocks a reportEvent batch stored as this frontend prepared them (no per-block script work)",
+        )
+        .expect("valid metric");
         let event_log_dropped = prometheus::IntCounter::new(
             "kvcm_event_log_dropped_total",
             "Events dropped because the event log fell behind",
@@ -125,6 +132,7 @@ impl Metrics {
             Box::new(auth.clone()),
             Box::new(password_checks.clone()),
             Box::new(event_log_dropped.clone()),
+            Box::new(engine_blocks_prepared.clone()),
         ] {
             registry.register(m).expect("unique metric");
         }
@@ -141,6 +149,7 @@ impl Metrics {
             auth,
             password_checks,
             event_log_dropped,
+            engine_blocks_prepared,
             labelled: Arc::default(),
             max_labelled,
         })

@@ -574,7 +574,7 @@ async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
 }
 
 #[tokio::test]
-async fn large_batches_of_adds_store_new_blocks_as_sent_and_merge_the_rest() {
+async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() {
     let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 1, json!({})).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
@@ -595,11 +595,14 @@ async fn large_batches_of_adds_store_new_blocks_as_sent_and_merge_the_rest() {
     assert!(results.iter().enumerate().all(|(i, c)| c == if i == 50 { "INVALID_ARGUMENT" } else { "OK" }), "{r}");
     let keys: Vec<i64> = (1000..1100).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 49, 0, 49)], "block 1049 was refused");
+    let prepared = api.metric("kvcm_engine_blocks_prepared_total").await;
+    assert_eq!(prepared, 99.0, "the batch of new blocks took the prepared path");
     // Another host holds half of a batch already: those merge, the rest are new.
     assert_eq!(code(&report(api, inst, l1, "b:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await), "OK");
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
     let keys: Vec<i64> = (1050..1100).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 50, 0, 50), ("b:1".into(), 50, 0, 50)]);
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 99.0, "a batch with held blocks merges them all");
     // The same blocks again with another spec: merged by spec name, not replaced.
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
     let idx: Vec<u8> = redis::cmd("HGET")
@@ -617,4 +620,11 @@ async fn large_batches_of_adds_store_new_blocks_as_sent_and_merge_the_rest() {
         .await
         .unwrap();
     assert_eq!(specs[0], 2, "tp0 and tp1: {specs:?}");
+    // One block in two media in a batch: two records, both kept (never one HSET field twice).
+    let mut events = batch("c:1", 2000..2070, "tp0");
+    events.push(add(2000, "cpu", &[("tp0", "x://c")]));
+    assert_eq!(code(&report(api, inst, l1, "c:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await), "OK");
+    assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    assert_eq!(hosts(api, inst, &[2000], &["cpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
+    assert_eq!(hosts(api, inst, &[2000], &["gpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
 }

@@ -24,6 +24,7 @@ pub async fn report_event(
             let t = Instant::now();
             let out = s.data.report_event(&inst, &req, s.config.report_settings(), s.registry.limits()).await?;
             s.metrics.data_op("report_event", t.elapsed());
+            s.metrics.engine_blocks_prepared.inc_by(out.prepared);
             let failed = out.codes.iter().position(|c| *c != StatusCode::OK);
             let failure = failed.map(|i| (out.codes[i], out.reasons[i].clone().unwrap_or_default()));
             Ok(Partial {

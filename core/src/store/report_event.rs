@@ -52,6 +52,8 @@ pub struct ReportOutcome {
     pub committed_snapshot_version: String,
     pub retry_after_ms: i64,
     pub snapshot_required: bool,
+    /// Adds stored as this frontend prepared them (a batch of new blocks; see `prepare_adds`).
+    pub prepared: u64,
 }
 
 /// The reporter id of a request: `L1P5|<host>` or `L2|<host>`.
@@ -363,6 +365,7 @@ impl DataPlane {
         out.committed_snapshot_version = redis::from_redis_value(next()?)?;
         out.retry_after_ms = redis::from_redis_value(next()?)?;
         out.snapshot_required = redis::from_redis_value::<i64>(next()?)? == 1;
+        out.prepared = redis::from_redis_value(next()?)?;
         if codes.len() != sent.len() {
             return Err(Error::internal(format!("report_event: {} codes for {} events", codes.len(), sent.len())));
         }
@@ -626,13 +629,13 @@ impl DataPlane {
 const PREPARE_AT: usize = 64;
 
 impl DataPlane {
-    /// For a request of only adds and heartbeats (at least [`PREPARE_AT`] adds, distinct blocks
-    /// and media) of a reporter that exists, is registered and has a generation, with every
+    /// For a request of only adds and heartbeats (at least [`PREPARE_AT`] adds of distinct
+    /// blocks) of a reporter that exists, is registered and has a generation, with every
     /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
     /// (key, presence record) and (specs field, specs) pairs built from the reporter's record as
     /// read now — and the event indexes in the order the script answers them. `None` when the
-    /// request does not qualify; the script falls back to single adds itself when the record
-    /// changed meanwhile.
+    /// request does not qualify; the script takes the single-add path itself for the whole
+    /// batch when the record changed meanwhile or any block of it is held already.
     async fn prepare_adds(
         &self,
         keys: &crate::keys::InstanceKeys,
@@ -653,7 +656,8 @@ impl DataPlane {
         let mut media: Vec<&[u8]> = Vec::new();
         for a in args.iter().filter(|a| a[0] == b'A') {
             let (key, medium, _) = split(a);
-            if !seen.insert((key, medium)) {
+            // Distinct blocks: two media of one block are two records of one field.
+            if !seen.insert(key) {
                 return Ok(None);
             }
             if !media.contains(&medium) {
