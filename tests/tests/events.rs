@@ -71,6 +71,34 @@ fn uri(host: &str, key: i64) -> String {
     format!("event_report://{host}/gpu/{key}?size=4096")
 }
 
+/// Fields in one of the instance's engine hashes (`engine`, `engine_specs`, `reporters`).
+async fn hash_len(api: &Api, inst: &str, name: &str) -> i64 {
+    redis::cmd("HLEN").arg(instance_key(&api.namespace, inst, name)).query_async(&mut valkey().await).await.unwrap()
+}
+
+/// A block's presence records (13 bytes per reporter and medium holding it).
+async fn presence(api: &Api, inst: &str, key: i64) -> Vec<u8> {
+    redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine"))
+        .arg(&key.to_be_bytes()[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap()
+}
+
+/// The stored specs of a block held by exactly one reporter in one medium.
+async fn only_specs(api: &Api, inst: &str, key: i64) -> Vec<u8> {
+    let record = presence(api, inst, key).await;
+    assert_eq!(record.len(), 13, "one record: {record:?}");
+    let field = [&key.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
+    redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .arg(&field[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
@@ -122,9 +150,7 @@ async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
         let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut c).await.unwrap();
         assert_eq!(exists, 0, "{key} exists");
     }
-    let engine = instance_key(&api.namespace, inst, "engine");
-    let reported: i64 = redis::cmd("HLEN").arg(&engine).query_async(&mut c).await.unwrap();
-    assert_eq!(reported, 4, "one field per reported block");
+    assert_eq!(hash_len(api, inst, "engine").await, 4, "one field per reported block");
     // removeInstance drops what engines reported with the instance.
     assert_ok(&api.admin("removeInstance", json!({"instance_id": inst})).await);
     for name in ["engine", "engine_specs", "reporters"] {
@@ -180,19 +206,8 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     // presence record is left, and one specs field in the whole instance.
     let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
-    let raw: Vec<u8> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine"))
-        .arg(&2i64.to_be_bytes()[..])
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
-    assert_eq!(raw.len(), 13, "{raw:?}");
-    let specs: i64 = redis::cmd("HLEN")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
-    assert_eq!(specs, 1);
+    assert_eq!(presence(api, inst, 2).await.len(), 13);
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 1);
     assert_eq!(hosts(api, inst, &[2], &[]).await, vec![("h:1".into(), 1, 0, 1)]);
 }
 
@@ -319,7 +334,9 @@ async fn snapshots_replace_the_set_are_rate_limited_and_survive_the_frontend() {
 #[tokio::test]
 async fn a_silent_reporter_is_hidden_then_unregistered() {
     let ns = unique("events");
-    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "1200")];
+    // The heartbeat that recovers must come within the grace after the first one: 3 s leaves a
+    // loaded CI machine room between the two (they are ~1 s apart).
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "800"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "3000")];
     let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
@@ -327,14 +344,14 @@ async fn a_silent_reporter_is_hidden_then_unregistered() {
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(api, inst, &[1], &[]).await.len(), 1);
     // Past the heartbeat timeout: hidden. A heartbeat within the grace brings it back.
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-    assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "no heartbeat for 600 ms");
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert!(hosts(api, inst, &[1], &[]).await.is_empty(), "no heartbeat for 1 s");
     let r = report(api, inst, l1, "q:1", vec![heartbeat()]).await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(api, inst, &[1], &[]).await.len(), 1, "a heartbeat within the grace recovers");
     // Past the grace: unregistered; a heartbeat is refused until it registers again, and
     // what it held before does not come back.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3200)).await;
     let r = report(api, inst, l1, "q:1", vec![heartbeat()]).await;
     assert_eq!(code(&r), "NODE_NOT_REGISTERED", "{r}");
     let r = report(api, inst, l1, "q:1", vec![register(&["gpu"]), heartbeat()]).await;
@@ -394,12 +411,7 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     })
     .await;
     assert!(gone.is_some(), "blocks without live entries stay");
-    let specs: i64 = redis::cmd("HLEN")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .query_async(&mut c.clone())
-        .await
-        .unwrap();
-    assert_eq!(specs, 0, "specs of collected entries stay");
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 0, "specs of collected entries stay");
     assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
 }
 
@@ -441,24 +453,7 @@ async fn data_events_create_reporters_and_a_snapshot_stays_a_fence() {
     )
     .await;
     assert_eq!(code(&r), "OK", "{r}");
-    let mut field = 3i64.to_be_bytes().to_vec();
-    let idx: Vec<u8> = {
-        let raw: Vec<u8> = redis::cmd("HGET")
-            .arg(instance_key(&api.namespace, inst, "engine"))
-            .arg(&3i64.to_be_bytes()[..])
-            .query_async(&mut valkey().await)
-            .await
-            .unwrap();
-        assert_eq!(raw.len(), 13, "{raw:?}");
-        vec![raw[0], raw[1], raw[2], raw[3], raw[12]]
-    };
-    field.extend(idx);
-    let specs: Vec<u8> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .arg(&field[..])
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
+    let specs = only_specs(api, inst, 3).await;
     assert_eq!(specs, [&[1u8, 3][..], b"tp0", &[6, 0], b"x://3c"].concat(), "one spec, the last URI");
 
     // Keys: uint64 text is the same 64 bits as its int64; signs and spaces are refused. Spec
@@ -533,7 +528,8 @@ async fn a_peer_fills_only_the_gaps_and_report_event_works_over_grpc() {
 #[tokio::test]
 async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
     let ns = unique("events");
-    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "1000")];
+    // "stays" heartbeats every 200 ms: a 2 s grace leaves a loaded machine room.
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "2000")];
     let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
@@ -605,20 +601,7 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 99.0, "a batch with held blocks merges them all");
     // The same blocks again with another spec: merged by spec name, not replaced.
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
-    let idx: Vec<u8> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine"))
-        .arg(&1149i64.to_be_bytes()[..])
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
-    assert_eq!(idx.len(), 13, "one record: {idx:?}");
-    let field = [&1149i64.to_be_bytes()[..], &idx[..4], &idx[12..13]].concat();
-    let specs: Vec<u8> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .arg(&field[..])
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
+    let specs = only_specs(api, inst, 1149).await;
     assert_eq!(specs[0], 2, "tp0 and tp1: {specs:?}");
     // One block in two media in a batch: two records, both kept (never one HSET field twice).
     let mut events = batch("c:1", 2000..2070, "tp0");
