@@ -6,14 +6,23 @@
 -- KEYS[2] group_instances  hash group -> instance count
 -- KEYS[3] instances        hash id -> InstanceInfo JSON
 -- KEYS[4] instance_fp      hash id -> fingerprint
+-- KEYS[5] removed          string `<call id>\n<reply>`, for 60 s after a removal went through
 -- ARGV[1] instance_id
 -- ARGV[2] expected group name, or "" for any
+-- ARGV[3] call id          fresh per request (a resend carries the same)
 --
--- Reply: {1, group} | {8, message} (not registered) | {5, message} (in another group)
+-- Reply: {1, group} | {8, message} (not registered) | {5, message} (in another group).
+-- A resend of a removal that went through (its reply lost with the connection: the same call id)
+-- answers the first run's reply from KEYS[5]; another call gets the error.
 -- Example: instances = {i1 in g1}; ARGV = {"i1", ""} -> instances = {}, group_instances g1 -1, {1, "g1"}.
-if #KEYS ~= 4 or #ARGV ~= 2 then return redis.error_reply('registry_remove_instance: expected 4 keys, 2 args') end
+if #KEYS ~= 5 or #ARGV ~= 3 then return redis.error_reply('registry_remove_instance: expected 5 keys, 3 args') end
 local info = redis.call('HGET', KEYS[3], ARGV[1])
-if not info then return {8, "instance '" .. ARGV[1] .. "' is not registered"} end
+if not info then
+  local first = redis.call('GET', KEYS[5])
+  local resent = first and first:sub(1, #ARGV[3] + 1) == ARGV[3] .. '\n' and first:sub(#ARGV[3] + 2)
+  if resent then return {1, resent} end
+  return {8, "instance '" .. ARGV[1] .. "' is not registered"}
+end
 local ok, obj = pcall(cjson.decode, info)
 local group = ok and type(obj) == 'table' and obj['instance_group_name'] or ''
 if ARGV[2] ~= '' and ARGV[2] ~= group then
@@ -26,4 +35,5 @@ if group ~= '' then
   if redis.call('HINCRBY', KEYS[2], group, -1) <= 0 then redis.call('HDEL', KEYS[2], group) end
 end
 redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[5], ARGV[3] .. '\n' .. group, 'PX', 60000)
 return {1, group}

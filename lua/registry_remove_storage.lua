@@ -6,14 +6,21 @@
 -- KEYS[4] groups             hash name -> InstanceGroup JSON
 -- KEYS[5] storage_ids        hash name -> id
 -- KEYS[6] storages_unhealthy set of unhealthy names
+-- KEYS[7] removed            string `<call id>\n<reply>`, for 60 s after a removal went through
 -- ARGV[1] name               storage name
+-- ARGV[2] call id            fresh per request (a resend carries the same)
 --
--- Reply: {1, new_version} | {5, message} (unknown storage, or still used: names the group)
+-- Reply: {1, new_version} | {5, message} (unknown storage, or still used: names the group).
+-- A resend of a removal that went through (its reply lost with the connection: the same call id)
+-- answers the first run's reply from KEYS[7]; another call gets the error.
 -- Example: groups = {g1 = {storage_candidates = ["nfs_01"]}}; ARGV = {"nfs_01"}
 --          -> {5, "storage 'nfs_01' is used by instance group 'g1' ..."}, nothing changes.
-if #KEYS ~= 6 or #ARGV ~= 1 then return redis.error_reply('registry_remove_storage: expected 6 keys, 1 arg') end
+if #KEYS ~= 7 or #ARGV ~= 2 then return redis.error_reply('registry_remove_storage: expected 7 keys, 2 args') end
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[2], name) == 0 then
+  local first = redis.call('GET', KEYS[7])
+  local resent = first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' and first:sub(#ARGV[2] + 2)
+  if resent then return {1, resent} end
   return {5, "storage '" .. name .. "' does not exist"}
 end
 local groups = redis.call('HGETALL', KEYS[4])
@@ -35,4 +42,6 @@ redis.call('HDEL', KEYS[2], name)
 redis.call('SREM', KEYS[3], name)
 redis.call('HDEL', KEYS[5], name)
 redis.call('SREM', KEYS[6], name)
-return {1, tostring(redis.call('INCR', KEYS[1]))}
+local version = tostring(redis.call('INCR', KEYS[1]))
+redis.call('SET', KEYS[7], ARGV[2] .. '\n' .. version, 'PX', 60000)
+return {1, version}

@@ -4,14 +4,21 @@
 -- KEYS[1] version   string counter
 -- KEYS[2] api_keys  hash key id -> API key JSON
 -- KEYS[3] accounts  hash user -> account JSON (only read)
+-- KEYS[4] removed   string `<call id>\n<reply>`, for 60 s after a removal went through
 -- (admins() comes from lua/lib/accounts.lua.)
 -- ARGV[1] key id
+-- ARGV[2] call id   fresh per request (a resend carries the same)
 --
--- Reply: {1, new_version} | {5, message} (no such key, or the last admin)
+-- Reply: {1, new_version} | {5, message} (no such key, or the last admin).
+-- A resend of a removal that went through (its reply lost with the connection: the same call id)
+-- answers the first run's reply from KEYS[4]; another call gets the error.
 -- Example: api_keys = {"0f3a…": "{…ROLE_USER…}"}; ARGV = {"0f3a…"} -> {1, "9"}, api_keys = {}.
-if #KEYS ~= 3 or #ARGV ~= 1 then return redis.error_reply('registry_revoke_api_key: expected 3 keys, 1 arg') end
+if #KEYS ~= 4 or #ARGV ~= 2 then return redis.error_reply('registry_revoke_api_key: expected 4 keys, 2 args') end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then
+  local first = redis.call('GET', KEYS[4])
+  local resent = first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' and first:sub(#ARGV[2] + 2)
+  if resent then return {1, resent} end
   return {5, "API key '" .. ARGV[1] .. "' does not exist (already revoked?); listApiKeys shows the keys"}
 end
 local ok, k = pcall(cjson.decode, cur)
@@ -20,4 +27,6 @@ if ok and type(k) == 'table' and k['role'] == 'ROLE_ADMIN' and admins(KEYS[2]) +
              "add another admin first to replace it"}
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-return {1, tostring(redis.call('INCR', KEYS[1]))}
+local version = tostring(redis.call('INCR', KEYS[1]))
+redis.call('SET', KEYS[4], ARGV[2] .. '\n' .. version, 'PX', 60000)
+return {1, version}

@@ -61,6 +61,14 @@ impl RegistryKeys {
         }
     }
 
+    /// String `<call id>\n<reply>`, for 60 s after a removal of `name` went through (`kind`:
+    /// `storage`, `group`, `instance`, `account`, `api_key`): a resend of that call (same call
+    /// id, [`call_id`]) answers the first run's reply instead of "does not exist".
+    pub fn removed(&self, kind: &str, name: &str) -> String {
+        let prefix = self.version.strip_suffix("version").unwrap_or(&self.version);
+        format!("{prefix}removed:{kind}:{name}")
+    }
+
     /// Every registry key, in a fixed order (for scripts that read the whole registry).
     pub fn all(&self) -> [&str; 13] {
         [
@@ -79,6 +87,12 @@ impl RegistryKeys {
             &self.storage_health,
         ]
     }
+}
+
+/// A fresh id for one call of a script that must tell its own resend (the redis client sending
+/// the same command again after a lost connection) from another call: 128 random bits.
+pub fn call_id() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }
 
 /// Keys counting failed password checks (shared by every frontend), under the tag `{auth}`:

@@ -196,6 +196,77 @@ async fn registry_creates_resent_after_their_reply_was_lost_answer_ok() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_removals_and_updates_resent_after_their_reply_was_lost_answer_ok() {
+    let valkey = SoloValkey::start();
+    let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;
+    let api = Api::start_with(&unique("ns"), &[("KVCM_VALKEY_URL", url.as_str())]);
+    let root = repo_root().join(".kvcm/test-data").join(unique("resend"));
+    std::fs::create_dir_all(&root).unwrap();
+    let admin = Some("Bearer first_admin:a-long-password");
+    let call = |rpc: &'static str, body: Value| {
+        let api = &api;
+        async move { api.post(&api.admin, rpc, body.to_string(), admin).await }
+    };
+    for user in ["first_admin", "second_admin"] {
+        let body = json!({"user_name": user, "password": "a-long-password", "role": "ROLE_ADMIN"});
+        assert_ok(&call("addAccount", body).await);
+    }
+    let storage = json!({"storage": {"global_unique_name": "st", "nfs": {"root_path": root.to_str().unwrap()}}});
+    assert_ok(&call("addStorage", storage).await);
+    let group = |version: i64, quota: i64| {
+        json!({"instance_group": {"name": "gr", "storage_candidates": ["st"], "version": version,
+               "quota": {"capacity": quota}}, "current_version": version - 1})
+    };
+    assert_ok(&call("createInstanceGroup", group(1, 1 << 30)).await);
+    let registration = json!({"instance_group": "gr", "instance_id": "inst", "block_size": 16,
+        "location_spec_infos": [{"name": "tp0", "size": 1024}],
+        "model_deployment": {"model_name": "m", "dtype": "fp16", "tp_size": 1}});
+    assert_ok(&call("registerInstance", registration).await);
+    let (_, key) = call("createApiKey", json!({"name": "engines", "role": "ROLE_USER"})).await;
+    let key_id = key["api_key"]["key_id"].as_str().unwrap().to_string();
+
+    // Each call's script runs, its reply is lost with the connection, the client resends the
+    // same call: the admin must see the change succeed, not "does not exist" or "version changed".
+    proxy.lose_reply_to(b"2147483648");
+    assert_ok(&call("updateInstanceGroup", group(2, 1 << 31)).await);
+    assert_eq!(proxy.lost(), 1, "updateInstanceGroup: the reply was not lost");
+    let (_, g) = call("getInstanceGroup", json!({"name": "gr"})).await;
+    let version = &g["instance_group"]["version"];
+    assert!(*version == json!(2) || *version == json!("2"), "{g}");
+    let checked = json!({"storage": {"global_unique_name": "st", "check_storage_available_when_open": true,
+        "nfs": {"root_path": root.to_str().unwrap()}}});
+    proxy.lose_reply_to(b"\"check_storage_available_when_open\":true");
+    assert_ok(&call("updateStorage", checked).await);
+    assert_eq!(proxy.lost(), 2, "updateStorage: the reply was not lost");
+    let (_, listed) = call("listStorage", json!({})).await;
+    assert_eq!(listed["storage"][0]["check_storage_available_when_open"], true, "{listed}");
+    let mut lost = 2;
+    let calls = [
+        ("removeInstance", json!({"instance_id": "inst"}), &b"removed:instance:inst"[..]),
+        ("removeInstanceGroup", json!({"name": "gr"}), b"removed:group:gr"),
+        ("removeStorage", json!({"storage_unique_name": "st"}), b"removed:storage:st"),
+        ("revokeApiKey", json!({"key_id": key_id}), b"removed:api_key:"),
+        ("deleteAccount", json!({"user_name": "second_admin"}), b"removed:account:second_admin"),
+    ];
+    for (rpc, body, needle) in calls.iter() {
+        proxy.lose_reply_to(needle);
+        let reply = call(rpc, body.clone()).await;
+        lost += 1;
+        assert_eq!(proxy.lost(), lost, "{rpc}: the reply was not lost");
+        assert_ok(&reply);
+    }
+    // The changes were made once, and another call of the same removal is still refused: only
+    // the resend of the call that went through answers OK.
+    for (rpc, body, _) in calls.iter() {
+        let reply = call(rpc, body.clone()).await;
+        let expected = if *rpc == "removeInstance" { "INSTANCE_NOT_EXIST" } else { "INVALID_ARGUMENT" };
+        assert_err(&reply, expected, if *rpc == "removeInstance" { "not registered" } else { "does not exist" });
+    }
+    let (_, accounts) = call("listAccount", json!({})).await;
+    assert_eq!(accounts["accounts"].as_array().map(Vec::len), Some(1), "{accounts}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_resent_after_its_reply_was_lost_evicts_once() {
     let valkey = SoloValkey::start();
     let (proxy, url) = ReplyDropper::in_front_of(&valkey).await;

@@ -113,7 +113,14 @@ impl Registry {
     pub async fn delete_account(&self, user: &str) -> Result<()> {
         validate::name(&self.lookup_limits, "user_name", user)?;
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_DELETE_ACCOUNT, &[&k.version, &k.accounts, &k.api_keys], &[user]).await.map(drop)
+        let removed = k.removed("account", user);
+        self.write(
+            &scripts::REGISTRY_DELETE_ACCOUNT,
+            &[&k.version, &k.accounts, &k.api_keys, &removed],
+            &[user, &crate::keys::call_id()],
+        )
+        .await
+        .map(drop)
     }
 
     pub async fn list_accounts(&self) -> Result<Vec<Account>> {
@@ -196,9 +203,14 @@ impl Registry {
             return Err(Error::invalid("key_id must be the 16 hex digits listApiKeys shows"));
         }
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_REVOKE_API_KEY, &[&k.version, &k.api_keys, &k.accounts], &[key_id])
-            .await
-            .map(drop)
+        let removed = k.removed("api_key", key_id);
+        self.write(
+            &scripts::REGISTRY_REVOKE_API_KEY,
+            &[&k.version, &k.api_keys, &k.accounts, &removed],
+            &[key_id, &crate::keys::call_id()],
+        )
+        .await
+        .map(drop)
     }
 
     /// The stored API key with this id, refreshing once if it is not known here (a key created

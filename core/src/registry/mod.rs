@@ -471,8 +471,16 @@ impl Registry {
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_STORAGE,
-            &[&k.version, &k.storages, &k.storages_disabled, &k.groups, &k.storage_ids, &k.storages_unhealthy],
-            &[name],
+            &[
+                &k.version,
+                &k.storages,
+                &k.storages_disabled,
+                &k.groups,
+                &k.storage_ids,
+                &k.storages_unhealthy,
+                &k.removed("storage", name),
+            ],
+            &[name, &crate::keys::call_id()],
         )
         .await
         .map(drop)
@@ -509,9 +517,13 @@ impl Registry {
     pub async fn remove_group(&self, name: &str) -> Result<()> {
         validate::name(&self.lookup_limits, "name", name)?;
         let k = &self.keys;
-        self.write(&scripts::REGISTRY_REMOVE_GROUP, &[&k.version, &k.groups, &k.group_instances], &[name])
-            .await
-            .map(drop)
+        self.write(
+            &scripts::REGISTRY_REMOVE_GROUP,
+            &[&k.version, &k.groups, &k.group_instances, &k.removed("group", name)],
+            &[name, &crate::keys::call_id()],
+        )
+        .await
+        .map(drop)
     }
 
     pub async fn get_group(&self, name: &str) -> Result<InstanceGroup> {
@@ -605,8 +617,8 @@ impl Registry {
         let k = &self.keys;
         self.write(
             &scripts::REGISTRY_REMOVE_INSTANCE,
-            &[&k.version, &k.group_instances, &k.instances, &k.instance_fp],
-            &[id, group],
+            &[&k.version, &k.group_instances, &k.instances, &k.instance_fp, &k.removed("instance", id)],
+            &[id, group, &crate::keys::call_id()],
         )
         .await
     }
