@@ -537,7 +537,7 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
         )
         .await,
     );
-    let _w = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__HEALTH_INTERVAL_MS", "100")]);
+    let w = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__HEALTH_INTERVAL_MS", "100")]);
     let health = |name: &'static str| {
         let api = &api;
         async move {
@@ -549,6 +549,12 @@ async fn an_unhealthy_storage_is_skipped_for_writes_until_it_recovers() {
     };
     wait_until("storage a is marked unhealthy", 10, || async { !health("a").await }).await;
     assert!(health("b").await);
+    // The healthy one's filesystem is published for sizing; the failing one's is not.
+    let st = rustix::fs::statvfs(&ok).unwrap();
+    let total = w.metric("kvcm_storage_filesystem_bytes{kind=\"total\",storage=\"b\"}").await;
+    assert_eq!(total, (st.f_blocks * st.f_frsize) as f64);
+    assert!(w.metric("kvcm_storage_filesystem_bytes{kind=\"free\",storage=\"b\"}").await > 0.0);
+    assert_eq!(w.metric("kvcm_storage_filesystem_bytes{kind=\"total\",storage=\"a\"}").await, 0.0, "absent");
     let (_, s) = api.meta("startWriteCache", json!({"instance_id": "i", "block_keys": [1]})).await;
     assert!(s["locations"][0]["location_specs"][0]["uri"].as_str().unwrap().starts_with("file://b/"), "{s}");
     // The operator fixes it: the root exists again (as a mount would make it).

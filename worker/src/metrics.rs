@@ -28,6 +28,7 @@ pub struct Metrics {
     pub stream_pending: IntGaugeVec,
     pub dead_letter_entries: IntGaugeVec,
     pub storage_healthy: IntGaugeVec,
+    pub storage_bytes: IntGaugeVec,
     pub usage: GaugeVec,
     pub quota: GaugeVec,
     pub ratio: GaugeVec,
@@ -96,6 +97,14 @@ impl Metrics {
                 &["storage"],
             )
             .expect("metric"),
+            storage_bytes: IntGaugeVec::new(
+                Opts::new(
+                    "kvcm_storage_filesystem_bytes",
+                    "Size (kind=\"total\") and space left to writers (kind=\"free\") of a file-like storage's filesystem, from the health check",
+                ),
+                &["storage", "kind"],
+            )
+            .expect("metric"),
             usage: gv(
                 "kvcm_group_usage_bytes",
                 "Serving bytes per group and storage type (\"all\" = total)",
@@ -121,6 +130,7 @@ impl Metrics {
             Box::new(m.reclaim_seconds.clone()),
             Box::new(m.stream_length.clone()),
             Box::new(m.storage_healthy.clone()),
+            Box::new(m.storage_bytes.clone()),
             Box::new(m.stream_pending.clone()),
             Box::new(m.dead_letter_entries.clone()),
             Box::new(m.usage.clone()),

@@ -3,7 +3,7 @@
 //! instance, and the health probe. Both run on the blocking pool under a timeout, so that a hung
 //! mount stalls neither the deleter (for every other instance) nor the health loop nor shutdown:
 //! past the timeout the operation fails, and the blocked thread finishes, or stays blocked, on
-//! its own. Reached through [`super::Backend::unlink`] and [`super::Backend::probe`].
+//! its own. [`FileBackend`] is the [`StorageBackend`] of these storages.
 //!
 //! A deletion unlinks one file name in the spec directories of the instance's own directory
 //! (`<root><path_segment(instance)>/`, which no other instance's directory nests in) and nothing
@@ -12,10 +12,108 @@
 //! not "nothing to delete": an unmounted NFS or 3FS would otherwise release the metadata and
 //! leak the files once the mount returns.
 
+use super::{Capacity, StorageBackend, path_segment, push_hex};
+use crate::store::record::Location;
+use futures::future::BoxFuture;
 use rustix::io::Errno;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Duration;
+
+/// A directory tree: `file` (NFS, local disk, EFS, Lustre) or `hf3fs` (a 3FS mount, the same
+/// layout under `<mountpoint><root_dir>`). URIs are
+/// `<scheme>://<storage><root><instance>/<spec>/<hex key>?size=n`, or for packed files
+/// `<hex first>_<hash>?blkid=j&size=n` (module docs of [`super`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileBackend {
+    scheme: &'static str,
+    /// Ends with `/`.
+    root: String,
+    per_file: u16,
+}
+
+impl FileBackend {
+    pub fn file(root: String, per_file: u16) -> Self {
+        FileBackend { scheme: "file", root, per_file }
+    }
+
+    pub fn hf3fs(root: String, per_file: u16) -> Self {
+        FileBackend { scheme: "hf3fs", root, per_file }
+    }
+}
+
+impl StorageBackend for FileBackend {
+    fn key_count_per_file(&self) -> u16 {
+        self.per_file
+    }
+
+    fn root(&self) -> Option<&str> {
+        Some(&self.root)
+    }
+
+    fn uri_prefix(&self, storage: &str, instance: &str, spec: &str) -> Option<String> {
+        let (i, s) = (path_segment(instance), path_segment(spec));
+        Some(format!("{}://{storage}{}{i}/{s}/", self.scheme, self.root))
+    }
+
+    fn push_uri_rest_bytes(&self, out: &mut Vec<u8>, size: i64, key: i64, loc: &Location) {
+        let mut num = itoa::Buffer::new();
+        match loc.packed {
+            Some(p) => {
+                push_hex(out, p.file_first as u64, 16);
+                out.push(b'_');
+                push_hex(out, p.file_hash as u64, 8);
+                out.extend_from_slice(b"?blkid=");
+                out.extend_from_slice(num.format(p.blkid).as_bytes());
+                out.extend_from_slice(b"&size=");
+            }
+            None => {
+                push_hex(out, key as u64, 16);
+                out.extend_from_slice(b"?size=");
+            }
+        }
+        out.extend_from_slice(num.format(size).as_bytes());
+    }
+
+    /// Deletes the block's file (or, for a packed location, its packed file) in every spec
+    /// directory of `instance` ([`unlink`]).
+    fn unlink<'a>(
+        &'a self,
+        instance: &'a str,
+        key: i64,
+        loc: &'a Location,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        let name = super::Backend::file_name(key, loc);
+        Box::pin(async move {
+            unlink(self.root.clone(), path_segment(instance).into_owned(), name, timeout).await.map(|()| true)
+        })
+    }
+
+    /// The filesystem of the root (`statvfs`), under the same timeout and hung-root guard as
+    /// the other operations.
+    fn capacity<'a>(&'a self, timeout: Duration) -> BoxFuture<'a, Result<Option<Capacity>, String>> {
+        Box::pin(async move {
+            let root = self.root.clone();
+            with_timeout(&self.root, "statvfs", timeout, move || {
+                let st = rustix::fs::statvfs(root.as_str()).map_err(|e| format!("statvfs {root}: {e}"))?;
+                Ok(Some(Capacity {
+                    total_bytes: st.f_blocks.saturating_mul(st.f_frsize),
+                    free_bytes: st.f_bavail.saturating_mul(st.f_frsize),
+                }))
+            })
+            .await
+        })
+    }
+
+    /// [`probe`] with the worker's probe file ([`StorageBackend::health_probe_path`]).
+    fn probe<'a>(&'a self, worker_id: &'a str, timeout: Duration) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let Some(file) = self.health_probe_path(worker_id) else { return Ok(()) };
+            probe(self.root.clone(), file, timeout).await
+        })
+    }
+}
 
 /// How a timed-out operation's error starts (the deleter keeps a key held after one: the unlink
 /// may still run).
@@ -215,6 +313,22 @@ mod tests {
     fn unlink_in_spec_dirs(root: &std::path::Path, instance: &str, name: &str) -> Result<(), String> {
         let root = format!("{}/", root.display());
         super::unlink_in_spec_dirs(&super::open_root(&root)?, &root, instance, name)
+    }
+
+    #[tokio::test]
+    async fn capacity_is_the_roots_filesystem_and_a_missing_root_is_an_error() {
+        use crate::backend::StorageBackend;
+        let root = scratch("capacity");
+        let backend = super::FileBackend::file(format!("{}/", root.display()), 1);
+        let c = backend.capacity(std::time::Duration::from_secs(5)).await.unwrap().unwrap();
+        let st = rustix::fs::statvfs(&root).unwrap();
+        assert_eq!(c.total_bytes, st.f_blocks * st.f_frsize);
+        assert!(c.total_bytes > 0 && c.free_bytes <= c.total_bytes, "{c:?}");
+        fs::remove_dir_all(&root).unwrap();
+        let err = backend.capacity(std::time::Duration::from_secs(5)).await.unwrap_err();
+        assert!(err.contains("statvfs"), "{err}");
+        let mooncake = crate::backend::mooncake::MooncakeBackend;
+        assert_eq!(mooncake.capacity(std::time::Duration::from_secs(5)).await, Ok(None));
     }
 
     #[test]

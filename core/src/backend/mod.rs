@@ -1,5 +1,7 @@
-//! Storage backends (DESIGN §5): how a location on a storage becomes URIs, and (with the worker)
-//! how it is health-checked and deleted. One variant per storage layout:
+//! Storage backends (DESIGN §5): how a location on a storage becomes URIs, and how the worker
+//! deletes a block there and probes the storage's health, each under a timeout. One
+//! [`StorageBackend`] per kind of storage, each in its own file (`file.rs`, `mooncake.rs`,
+//! `mem_pool.rs`):
 //!
 //! * `file` (NFS, local disk, EFS, Lustre): `file://<name><root_path><instance>/<spec>/<hex key>?size=n`
 //! * `hf3fs` (3FS mount): the same layout under `<mountpoint><root_dir>`, scheme `hf3fs`
@@ -14,9 +16,9 @@
 //! # Directories of file-like storages
 //!
 //! This module is the one place where an instance (or spec) name becomes a directory:
-//! [`path_segment`] is used by URI building ([`Backend::uri_prefix`]), by the worker's deleter
-//! ([`Backend::unlink`], relative to the open root) and auditor ([`Backend::instance_dir`]) and by
-//! its health probe ([`Backend::health_probe_path`]).
+//! [`path_segment`] is used by URI building ([`StorageBackend::uri_prefix`]), by the worker's deleter
+//! ([`StorageBackend::unlink`], relative to the open root) and auditor ([`StorageBackend::instance_dir`]) and by
+//! its health probe ([`StorageBackend::health_probe_path`]).
 //! Invariants, all proved by the tests below:
 //!
 //! * **One segment, injective.** `<instance>` and `<spec>` above are `path_segment(name)`: never
@@ -46,11 +48,15 @@
 //! See docs/data-plane.md ("Paths of file-like storages").
 
 pub mod file;
+pub mod mem_pool;
+pub mod mooncake;
 
 use crate::store::record::Location;
 use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo, LocationSpec, StorageType};
+use futures::future::BoxFuture;
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// The escape character of [`path_segment`]: RFC 3986 unreserved, so it reads the same whether
 /// or not a URI client percent-decodes.
@@ -93,48 +99,110 @@ pub fn path_segment(name: &str) -> Cow<'_, str> {
 /// `~k` is not an escape, so no [`path_segment`] starts with it.
 pub const HEALTH_PROBE_PREFIX: &str = "~kvcm-health-";
 
-/// The layout of one storage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
-    /// A POSIX directory tree; `root` ends with `/`.
-    File { root: String, per_file: u16 },
-    /// A 3FS mount; `root` = mountpoint + root_dir, ends with `/`.
-    Hf3fs { root: String, per_file: u16 },
-    /// A Mooncake store: keys only.
-    Mooncake,
-    /// A storage kvcm keeps in the registry but cannot place blocks on (tair_mem_pool).
-    Unsupported,
+/// What kvcm does with one kind of storage (DESIGN §5): how a block's location there becomes
+/// URIs, and — for storages kvcm can reach — how a block is deleted and the storage probed, each
+/// under a timeout. One implementation per file: [`file::FileBackend`] (`file` and `hf3fs`:
+/// directory trees), [`mooncake::MooncakeBackend`] (keys in a Mooncake store, metadata only),
+/// [`mem_pool::MemPoolBackend`] (kept in the registry, no blocks placed). [`Backend::of`] picks
+/// one for a storage config.
+pub trait StorageBackend: Send + Sync + std::fmt::Debug {
+    /// Whether new blocks can be placed here.
+    fn writable(&self) -> bool {
+        true
+    }
+
+    /// Blocks per file for new writes.
+    fn key_count_per_file(&self) -> u16 {
+        1
+    }
+
+    /// The directory under which a file-like storage keeps `<instance>/<spec>/<file>`; `None`
+    /// for storages without files.
+    fn root(&self) -> Option<&str> {
+        None
+    }
+
+    /// The part of a URI shared by every block of one spec on this storage; `None` when the
+    /// storage cannot express locations.
+    fn uri_prefix(&self, storage: &str, instance: &str, spec: &str) -> Option<String>;
+
+    /// Appends the block-specific rest of a URI to its prefix, as bytes without `fmt` (the read
+    /// path renders thousands per request). The output is ASCII (hex digits, `_?&=`, decimal
+    /// numbers): it never needs JSON escaping.
+    fn push_uri_rest_bytes(&self, out: &mut Vec<u8>, size: i64, key: i64, loc: &Location);
+
+    /// Deletes a block's file(s) in every spec directory of `instance`: `Ok(true)` once deleted
+    /// or found gone, `Ok(false)` for storages that hold nothing kvcm can delete; an error says
+    /// why (a missing root, a symbolic link, a timeout: [`file::TIMED_OUT`]).
+    fn unlink<'a>(
+        &'a self,
+        _instance: &'a str,
+        _key: i64,
+        _loc: &'a Location,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Probes the storage for the health check; storages without a client here pass.
+    fn probe<'a>(&'a self, _worker_id: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The storage's size and the space left on it, for operators sizing quotas (the worker
+    /// publishes them next to its health verdict); `None` where kvcm cannot tell.
+    fn capacity<'a>(&'a self, _timeout: Duration) -> BoxFuture<'a, Result<Option<Capacity>, String>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The directory holding every file of `instance` on a file-like storage,
+    /// `<root><path_segment(instance)>/`; no other instance's directory is inside it.
+    fn instance_dir(&self, instance: &str) -> Option<String> {
+        self.root().map(|root| format!("{root}{}/", path_segment(instance)))
+    }
+
+    /// The file a worker's health probe writes and removes in a file-like storage's root. Its
+    /// name is outside what [`path_segment`] produces, so it never meets an instance directory.
+    fn health_probe_path(&self, worker_id: &str) -> Option<String> {
+        self.root().map(|root| format!("{root}{HEALTH_PROBE_PREFIX}{}", path_segment(worker_id)))
+    }
+}
+
+/// What [`StorageBackend::capacity`] reports, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub total_bytes: u64,
+    /// Available to an unprivileged writer (what the engines writing blocks are).
+    pub free_bytes: u64,
+}
+
+/// The backend of one storage ([`StorageBackend`] behind a box; dereferences to it).
+#[derive(Debug)]
+pub struct Backend(Box<dyn StorageBackend>);
+
+impl std::ops::Deref for Backend {
+    type Target = dyn StorageBackend;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
 }
 
 impl Backend {
     pub fn of(cfg: &StorageConfig) -> Backend {
         let per = |k: i32| k.clamp(1, u16::MAX as i32 - 1) as u16;
-        if let Some(n) = &cfg.nfs {
-            Backend::File { root: n.root_path.clone(), per_file: per(n.key_count_per_file) }
+        Backend(if let Some(n) = &cfg.nfs {
+            Box::new(file::FileBackend::file(n.root_path.clone(), per(n.key_count_per_file)))
         } else if let Some(l) = &cfg.local {
-            Backend::File { root: l.path.clone(), per_file: 1 }
+            Box::new(file::FileBackend::file(l.path.clone(), 1))
         } else if let Some(t) = &cfg.threefs {
-            Backend::Hf3fs { root: format!("{}{}", t.mountpoint, t.root_dir), per_file: per(t.key_count_per_file) }
+            Box::new(file::FileBackend::hf3fs(format!("{}{}", t.mountpoint, t.root_dir), per(t.key_count_per_file)))
         } else if let Some(t) = &cfg.vcnsthreefs {
-            Backend::Hf3fs { root: format!("{}{}", t.mountpoint, t.root_dir), per_file: per(t.key_count_per_file) }
+            Box::new(file::FileBackend::hf3fs(format!("{}{}", t.mountpoint, t.root_dir), per(t.key_count_per_file)))
         } else if cfg.mooncake.is_some() {
-            Backend::Mooncake
+            Box::new(mooncake::MooncakeBackend)
         } else {
-            Backend::Unsupported
-        }
-    }
-
-    /// Blocks per file for new writes.
-    pub fn key_count_per_file(&self) -> u16 {
-        match self {
-            Backend::File { per_file, .. } | Backend::Hf3fs { per_file, .. } => *per_file,
-            _ => 1,
-        }
-    }
-
-    /// Whether new blocks can be placed here.
-    pub fn writable(&self) -> bool {
-        !matches!(self, Backend::Unsupported)
+            Box::new(mem_pool::MemPoolBackend)
+        })
     }
 
     /// The file (relative to the instance/spec directory) holding a block.
@@ -144,110 +212,11 @@ impl Backend {
             None => format!("{:016x}", key as u64),
         }
     }
-
-    /// The directory under which a file-like storage keeps `<instance>/<spec>/<file>`; `None`
-    /// for storages without files (mooncake, tair_mem_pool).
-    pub fn root(&self) -> Option<&str> {
-        match self {
-            Backend::File { root, .. } | Backend::Hf3fs { root, .. } => Some(root),
-            Backend::Mooncake | Backend::Unsupported => None,
-        }
-    }
-
-    /// The directory holding every file of `instance` on a file-like storage,
-    /// `<root><path_segment(instance)>/`; no other instance's directory is inside it.
-    pub fn instance_dir(&self, instance: &str) -> Option<String> {
-        self.root().map(|root| format!("{root}{}/", path_segment(instance)))
-    }
-
-    /// Deletes a block's file (or, for a packed location, its packed file) in every spec
-    /// directory of `instance` ([`file::unlink`]); storages without files (mooncake,
-    /// tair_mem_pool) hold nothing kvcm can delete: `Ok(false)`. `Ok(true)` once deleted or
-    /// found gone; an error says why (a missing root, a symbolic link, a timeout:
-    /// [`file::TIMED_OUT`]).
-    pub async fn unlink(
-        &self,
-        instance: &str,
-        key: i64,
-        loc: &Location,
-        timeout: std::time::Duration,
-    ) -> Result<bool, String> {
-        let Some(root) = self.root() else { return Ok(false) };
-        file::unlink(root.to_string(), path_segment(instance).into_owned(), Self::file_name(key, loc), timeout)
-            .await
-            .map(|()| true)
-    }
-
-    /// Probes the storage for the health check ([`file::probe`]); storages without a client
-    /// here (mooncake, tair_mem_pool) pass.
-    pub async fn probe(&self, worker_id: &str, timeout: std::time::Duration) -> Result<(), String> {
-        let (Some(root), Some(probe)) = (self.root(), self.health_probe_path(worker_id)) else { return Ok(()) };
-        file::probe(root.to_string(), probe, timeout).await
-    }
-
-    /// The file a worker's health probe writes and removes in a file-like storage's root. Its
-    /// name is outside what [`path_segment`] produces, so it never meets an instance directory.
-    pub fn health_probe_path(&self, worker_id: &str) -> Option<String> {
-        self.root().map(|root| format!("{root}{HEALTH_PROBE_PREFIX}{}", path_segment(worker_id)))
-    }
-
-    /// The part of a URI shared by every block of one spec on this storage.
-    pub fn uri_prefix(&self, storage: &str, instance: &str, spec: &str) -> Option<String> {
-        let (i, s) = (path_segment(instance), path_segment(spec));
-        match self {
-            Backend::File { root, .. } => Some(format!("file://{storage}{root}{i}/{s}/")),
-            Backend::Hf3fs { root, .. } => Some(format!("hf3fs://{storage}{root}{i}/{s}/")),
-            // Keys, not paths: no escaping (module docs).
-            Backend::Mooncake => Some(format!("mooncake://{storage}/?key={instance}/{spec}/")),
-            Backend::Unsupported => None,
-        }
-    }
-
-    /// [`Self::push_uri_rest`] on bytes, without `fmt`: the read path renders thousands of these
-    /// per request. The output is ASCII (hex digits, `_?&=`, decimal numbers).
-    pub fn push_uri_rest_bytes(&self, out: &mut Vec<u8>, size: i64, key: i64, loc: &Location) {
-        let mut num = itoa::Buffer::new();
-        match (self, loc.packed) {
-            (Backend::Mooncake, _) => {
-                push_hex(out, key as u64, 16);
-                out.extend_from_slice(b"&size=");
-            }
-            (_, Some(p)) => {
-                push_hex(out, p.file_first as u64, 16);
-                out.push(b'_');
-                push_hex(out, p.file_hash as u64, 8);
-                out.extend_from_slice(b"?blkid=");
-                out.extend_from_slice(num.format(p.blkid).as_bytes());
-                out.extend_from_slice(b"&size=");
-            }
-            (_, None) => {
-                push_hex(out, key as u64, 16);
-                out.extend_from_slice(b"?size=");
-            }
-        }
-        out.extend_from_slice(num.format(size).as_bytes());
-    }
-
-    /// Appends the block-specific rest of a URI to its prefix.
-    pub fn push_uri_rest(&self, uri: &mut String, size: i64, key: i64, loc: &Location) {
-        use std::fmt::Write;
-        match (self, loc.packed) {
-            (Backend::Mooncake, _) => {
-                let _ = write!(uri, "{:016x}&size={size}", key as u64);
-            }
-            (_, Some(p)) => {
-                let _ = write!(uri, "{:016x}_{:08x}?blkid={}&size={size}", p.file_first as u64, p.file_hash, p.blkid);
-            }
-            (_, None) => {
-                let _ = write!(uri, "{:016x}?size={size}", key as u64);
-            }
-        }
-    }
 }
 
 /// Appends the low `digits` hex digits of `v`, lower case, zero-padded (`{:0digits$x}` for
 /// values that fit).
-fn push_hex(out: &mut Vec<u8>, v: u64, digits: u32) {
+pub(crate) fn push_hex(out: &mut Vec<u8>, v: u64, digits: u32) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for i in (0..digits).rev() {
         out.push(HEX[((v >> (4 * i)) & 0xf) as usize]);
@@ -323,10 +292,11 @@ impl<'a> LocationBuilder<'a> {
             .specs
             .iter()
             .map(|(name, prefix, size)| {
-                let mut uri = String::with_capacity(prefix.len() + 48);
-                uri.push_str(prefix);
-                t.backend.push_uri_rest(&mut uri, *size, key, loc);
-                LocationSpec { name: name.clone(), uri }
+                let mut uri = Vec::with_capacity(prefix.len() + 48);
+                uri.extend_from_slice(prefix.as_bytes());
+                t.backend.push_uri_rest_bytes(&mut uri, *size, key, loc);
+                // A String's bytes and ASCII appended: UTF-8.
+                LocationSpec { name: name.clone(), uri: String::from_utf8(uri).unwrap_or_default() }
             })
             .collect::<Vec<_>>();
         Some(CacheLocation { storage_type: t.storage_type, spec_size: location_specs.len() as i32, location_specs })
