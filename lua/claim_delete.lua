@@ -12,12 +12,12 @@
 --
 -- Reply: {1, "unlink"} (delete the file now) | {1, "keep"} (a newer write of the key on the same
 --        storage owns the path: do not unlink, just release) | {1, "gone"} (the entry was
---        already completed) | {5, message}
+--        already completed); a bad argument (a bug) is an error reply
 -- Example: K has [D seq 3] -> K has [X seq 3], {1, "unlink"}. K has [D seq 3, S seq 9] on the
 --          same storage -> {1, "keep"}. K has no record (trimmed) -> K = [X copy], {1, "unlink"}.
 if #KEYS ~= 2 or #ARGV ~= 3 then return redis.error_reply('claim_delete: expected 2 keys, 3 args') end
 local key, want = ARGV[2], ARGV[3]
-if #key ~= 8 or #want ~= 14 then return {5, 'bad key or location'} end
+if #key ~= 8 or #want ~= 14 then return redis.error_reply('claim_delete: bad key or location') end
 if #redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1]) == 0 then return {1, 'gone'} end
 local storage = loc_storage(want, 1)
 local rec = redis.call('HGET', KEYS[1], key)

@@ -30,7 +30,7 @@ if #KEYS ~= 4 or #ARGV < 5 or (#ARGV - 5) % 2 ~= 0 then
   return redis.error_reply('dead_letter: expected 4 keys, 5 args and field/value pairs')
 end
 local bound = tonumber(ARGV[5])
-if not bound or bound < 1 then return {5, 'bad bound'} end
+if not bound or bound < 1 then return redis.error_reply('dead_letter: bad bound') end
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return {1, -1} end
 if redis.call('XLEN', KEYS[3]) >= bound then return {1, -2} end
 local key, want = ARGV[3], ARGV[4]

@@ -18,11 +18,14 @@
 -- ARGV[9] the call's id (random per call)
 --
 -- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {1, -1} (the lease
---        is not the caller's any more: nothing done) | {5, message} (bad argument). With a storage filter, a call looks at no more than 4N
+--        is not the caller's any more: nothing done); a bad argument (a bug) is an error reply. With a storage filter, a call looks at no more than 4N
 --        leaves; the caller continues from `next offset` until `exhausted`.
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
 --          when C went), lru = {A}; reply {1, 2, bytes}.
 if #KEYS ~= 8 or #ARGV ~= 9 then return redis.error_reply('evict: expected 8 keys, 9 args') end
+if ARGV[2] ~= 'lru' and ARGV[2] ~= 'lfu' then return redis.error_reply('evict: index must be lru or lfu') end
+local n = tonumber(ARGV[3])
+if not n or n < 1 or n > 1000 then return redis.error_reply('evict: N must be within 1..1000') end
 -- A lost lease is an outcome of its own, not an error: a bad argument (a bug) must not read
 -- as one.
 if redis.call('GET', KEYS[7]) ~= ARGV[6] then return {1, -1} end
@@ -36,9 +39,6 @@ end
 local sizes = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
 local index = (ARGV[2] == 'lfu') and KEYS[4] or KEYS[3]
-if ARGV[2] ~= 'lru' and ARGV[2] ~= 'lfu' then return {5, 'index must be lru or lfu'} end
-local n = tonumber(ARGV[3])
-if not n or n < 1 or n > 1000 then return {5, 'N must be within 1..1000'} end
 local before = ARGV[4]
 local only = tonumber(ARGV[5]) or 0
 local budget = tonumber(ARGV[7]) or 0

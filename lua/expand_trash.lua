@@ -12,10 +12,10 @@
 -- Example: trash = {A: [S], B: [S, D]}; N = 10 -> del += 2 entries (r = trim_all; B's D has
 --          its own entry already), trash gone, trash entry acked; reply {1, 2, 1}.
 if #KEYS ~= 2 or #ARGV ~= 3 then return redis.error_reply('expand_trash: expected 2 keys, 3 args') end
+local n = tonumber(ARGV[3])
+if not n or n < 1 or n > 1000 then return redis.error_reply('expand_trash: N must be within 1..1000') end
 -- Redelivered after it was completed: nothing to do.
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return {1, 0, 1} end
-local n = tonumber(ARGV[3])
-if not n or n < 1 or n > 1000 then return {5, 'N must be within 1..1000'} end
 -- HRANDFIELD, not HSCAN from cursor 0: after many HDELs the first buckets are empty and a
 -- cursor-0 scan would return nothing while records remain.
 local page = redis.call('HRANDFIELD', KEYS[1], n, 'WITHVALUES')

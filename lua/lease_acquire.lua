@@ -8,12 +8,12 @@
 -- ARGV[2] lease time, ms
 --
 -- Reply: {1, lease value} (taken or renewed) | {1, "", holder} (another worker holds it) |
---        {5, message} (a bad argument: a bug of the caller, never read as "held")
+--        an error reply for a bad argument (a bug of the caller, never read as "held")
 -- Example: no lease; ARGV = {"w1", 5000} -> lease = "7:w1" PX 5000; reply {1, "7:w1"}.
 --          Again by w1 -> PEXPIRE, {1, "7:w1"}; by w2 -> {1, "", "7:w1"}.
 if #KEYS ~= 2 or #ARGV ~= 2 then return redis.error_reply('lease_acquire: expected 2 keys, 2 args') end
 local ms = tonumber(ARGV[2])
-if not ms or ms < 1 then return {5, 'lease time must be positive'} end
+if not ms or ms < 1 then return redis.error_reply('lease_acquire: lease time must be positive') end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   if cur:match('^%d+:(.*)$') == ARGV[1] then

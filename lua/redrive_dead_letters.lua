@@ -11,13 +11,13 @@
 -- ARGV[2..] dead-letter ids to re-drive; none: the N oldest
 --
 -- Reply: {1, redriven, missing}: how many were re-driven, how many of the ids given are not
---        dead letters (already re-driven, or never were) | {5, message}
+--        dead letters (already re-driven, or never were); a bad argument (a bug) is an error reply
 -- Example: del_dead = {7-0: {k = B, l = loc, r = removed, error = ..., attempts = 8,
 --          entry = 5-0}}; no ids -> del += {k = B, l = loc, r = removed, redriven = 7-0},
 --          del_dead = {}; reply {1, 1, 0}.
 if #KEYS ~= 2 or #ARGV < 1 then return redis.error_reply('redrive_dead_letters: expected 2 keys, >= 1 arg') end
 local n = tonumber(ARGV[1])
-if not n or n < 1 or n > 1000 then return {5, 'N must be within 1..1000'} end
+if not n or n < 1 or n > 1000 then return redis.error_reply('redrive_dead_letters: N must be within 1..1000') end
 local entries = {}
 local missing = 0
 if #ARGV == 1 then

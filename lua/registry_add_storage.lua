@@ -16,11 +16,11 @@
 -- ARGV[3..] seen    name, JSON, name, JSON…: every storage the caller read (possibly none)
 --
 -- Reply: {1, new_version} (also when exactly this storage exists: a resend) | {6, message}
---        (exists with another configuration) | {4, message} (storages changed since the
---        caller read them: the caller re-reads and retries) | {7, message} (65535 ids used up)
+--        (exists with another configuration) | {-1, message} (storages changed since the
+--        caller read them: the caller re-reads and retries; never a wire status) | {7, message} (65535 ids used up)
 -- Example: storages = {} ; ARGV = {"nfs_01", "{...}"} -> storages = {nfs_01 = "{...}"},
 --          storage_ids = {nfs_01 = 1}, {1, "1"}. Again with the same name -> {6, "... already exists ..."}.
---          storages = {a = A}; ARGV = {"b", B} (the caller saw no storage) -> {4, "... changed ..."}.
+--          storages = {a = A}; ARGV = {"b", B} (the caller saw no storage) -> {-1, "... changed ..."}.
 if #KEYS ~= 4 or #ARGV < 2 or #ARGV % 2 ~= 0 then
   return redis.error_reply('registry_add_storage: expected 4 keys, 2 args + name/config pairs')
 end
@@ -31,7 +31,7 @@ if existing == ARGV[2] then return {1, tostring(redis.call('GET', KEYS[1]) or '0
 if existing then
   return {6, "storage '" .. ARGV[1] .. "' already exists (with another configuration); use updateStorage to change it"}
 end
-local changed = {4, "the storages changed while storage '" .. ARGV[1] .. "' was being checked against them; retry"}
+local changed = {-1, "the storages changed while storage '" .. ARGV[1] .. "' was being checked against them; retry"}
 if redis.call('HLEN', KEYS[2]) ~= (#ARGV - 2) / 2 then return changed end
 for i = 3, #ARGV, 2 do
   if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[i + 1] then return changed end

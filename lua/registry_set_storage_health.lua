@@ -16,7 +16,8 @@
 -- ARGV[4] now, unix ms (the worker's clock)
 -- ARGV[5] freshness window, ms: older verdicts (a stopped worker's) no longer count
 --
--- Reply: {1, "1"|"0"} (the storage's health changed or not) | {5, message} (unknown storage)
+-- Reply: {1, "1"|"0"} (the storage's health changed or not) | {-2, message} (unknown storage:
+--        removed since the worker read the registry; the worker skips it — never a wire status)
 -- Example: workers a and b; a reports nfs_01 "0" -> no fresh healthy verdict: unhealthy =
 --          {nfs_01}, version +1, {1, "1"}; b reports "1" -> unhealthy = {}, version +1, {1, "1"};
 --          a reports "0" again while b's verdict is fresh -> still healthy, {1, "0"}.
@@ -24,7 +25,7 @@ if #KEYS ~= 4 or #ARGV ~= 5 then return redis.error_reply('registry_set_storage_
 if ARGV[2] ~= '0' and ARGV[2] ~= '1' then return redis.error_reply('registry_set_storage_health: ARGV[2] must be 0 or 1') end
 local now, fresh = tonumber(ARGV[4]), tonumber(ARGV[5])
 if not now or not fresh or fresh <= 0 then return redis.error_reply('registry_set_storage_health: bad time arguments') end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return {5, "storage '" .. ARGV[1] .. "' does not exist"} end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return {-2, "storage '" .. ARGV[1] .. "' does not exist"} end
 redis.call('HSET', KEYS[4], ARGV[1] .. '\n' .. ARGV[3], ARGV[2] .. ':' .. ARGV[4])
 -- Derive the verdict; drop what no longer counts (stale verdicts, removed storages).
 local all = redis.call('HGETALL', KEYS[4])

@@ -17,7 +17,7 @@
 --          files[F] 1 -> deleted, del += {f = F, s = storage}; reply {1, 1, 1}.
 if #KEYS ~= 3 or #ARGV ~= 4 then return redis.error_reply('release_block: expected 3 keys, 4 args') end
 local key, want = ARGV[3], ARGV[4]
-if #key ~= 8 or (#want ~= 14 and #want ~= 26) then return {5, 'bad key or location'} end
+if #key ~= 8 or (#want ~= 14 and #want ~= 26) then return redis.error_reply('release_block: bad key or location') end
 -- The entry is the once-only token: a redelivered entry that was already released (and
 -- removed from the stream) must not release its packed-file slot again.
 if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return {1, 0, 0} end

@@ -13,16 +13,16 @@
 -- ARGV[3] end, unix s (exclusive) — "4294967296" for any
 -- ARGV[4..] block keys, 8 bytes each
 --
--- Reply: {1, locations marked} | {5, message}
+-- Reply: {1, locations marked}; a bad argument (a bug of the caller) is an error reply.
 -- Example: B serving (child of A) -> B's location 'D', usage -bytes, B out of lru, A becomes a
 --          leaf with B's recency, one entry {k=B, l=loc, r=removed} on `del`; reply {1, 1}.
 if #KEYS ~= 6 or #ARGV < 3 then return redis.error_reply('remove_cache: expected 6 keys, >= 3 args') end
 local sizes = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
 local b, e = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not b or not e then return {5, 'begin and end must be numbers'} end
+if not b or not e then return redis.error_reply('remove_cache: begin and end must be numbers') end
 for i = 4, #ARGV do
-  if #ARGV[i] ~= 8 then return {5, 'block key ' .. (i - 3) .. ' is not 8 bytes'} end
+  if #ARGV[i] ~= 8 then return redis.error_reply('remove_cache: block key ' .. (i - 3) .. ' is not 8 bytes') end
 end
 local K = {blocks = KEYS[1], usage = KEYS[2], lru = KEYS[3], lfu = KEYS[4], itouch = KEYS[5], del = KEYS[6]}
 local marked = 0

@@ -17,7 +17,8 @@
 -- ARGV[7..] block keys, 8 bytes each, in request order; key i's parent is key i-1
 --
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
---        location bytes of the j-th non-present key. | {5, message}
+--        location bytes of the j-th non-present key. | {5, message} (a session id collision: the
+--        caller retries). Arguments kvcm itself got wrong are an error reply (a bug, never a status).
 -- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32 |
 -- location 26 bytes, zero-padded), so finish and expiry can queue a location's deletion even
 -- when a trim or removal took its metadata while the engine was writing.
@@ -30,18 +31,18 @@ local nk = #ARGV - 6
 if #KEYS ~= 5 or nk < 1 then return redis.error_reply('start_write_cache: expected 5 keys and >= 7 args') end
 local timeout, storage, per_file = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local groups = ARGV[5]
-if not timeout or timeout <= 0 then return {5, 'write timeout must be positive'} end
-if not storage or storage < 1 or storage > 65535 then return {5, 'bad storage id'} end
-if not per_file or per_file < 1 or per_file > 65534 then return {5, 'bad key_count_per_file'} end
-if groups ~= '' and #groups ~= nk then return {5, 'spec groups must have one byte per key'} end
+if not timeout or timeout <= 0 then return redis.error_reply('start_write_cache: write timeout must be positive') end
+if not storage or storage < 1 or storage > 65535 then return redis.error_reply('start_write_cache: bad storage id') end
+if not per_file or per_file < 1 or per_file > 65534 then return redis.error_reply('start_write_cache: bad key_count_per_file') end
+if groups ~= '' and #groups ~= nk then return redis.error_reply('start_write_cache: spec groups must have one byte per key') end
 local sizes = {}
 for s in string.gmatch(ARGV[6], '[^,]+') do sizes[#sizes + 1] = tonumber(s) end
 for i = 1, nk do
   local k = ARGV[6 + i]
-  if #k ~= 8 then return {5, 'block key ' .. i .. ' is not 8 bytes'} end
+  if #k ~= 8 then return redis.error_reply('start_write_cache: block key ' .. i .. ' is not 8 bytes') end
   local g = 0
   if groups ~= '' then g = groups:byte(i) end
-  if not sizes[g + 1] then return {5, 'no size for spec group ' .. g} end
+  if not sizes[g + 1] then return redis.error_reply('start_write_cache: no size for spec group ' .. g) end
 end
 local prior = redis.call('GET', KEYS[2])
 if prior then

@@ -118,6 +118,17 @@ pub async fn load_all(conn: &mut redis::cluster_async::ClusterConnection) -> Res
     Ok(())
 }
 
+/// Reply codes below 0 are outcomes a script's caller handles itself (each names one outcome of
+/// one kind of script), never a status sent to clients; a binding that does not expect one gets
+/// an internal error from [`status_reply`]. Arguments kvcm itself got wrong are Lua error
+/// replies (a bug: `INTERNAL_ERROR`, logged), never a status either.
+///
+/// `registry_add_storage` / `registry_update_storage`: the storages changed since the caller
+/// read them; it reads them again and retries.
+pub const CHANGED_MEANWHILE: i64 = -1;
+/// `registry_set_storage_health`: the storage was removed since the worker read the registry.
+pub const NO_SUCH_STORAGE: i64 = -2;
+
 /// Maps a script's `{code, payload}` reply: code 1 gives the payload, any other code becomes a
 /// domain error carrying the script's message.
 pub fn status_reply(reply: (i64, String)) -> Result<String> {

@@ -298,3 +298,54 @@ async fn the_expirer_does_not_count_a_session_finished_just_before_it() {
     assert_eq!(left, 0);
     assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[1, 2], json!({})).await), vec![true, true], "still serving");
 }
+
+/// Arguments kvcm itself got wrong are a Lua error reply naming the script (a bug: the caller
+/// logs it as INTERNAL_ERROR), never a `{status, message}` a binding could read as an outcome —
+/// "bad argument" once shared a code with "lease held by another worker".
+#[tokio::test]
+async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
+    use kvcm_core::scripts::{self, LuaScript};
+    let key = 7i64.to_be_bytes().to_vec();
+    let loc14 = vec![0u8; 14];
+    let t = unique("bad");
+    let keys = |n: usize| (0..n).map(|i| format!("{{{t}}}:k{i}")).collect::<Vec<_>>();
+    let cases: Vec<(&LuaScript, usize, Vec<Vec<u8>>, &str)> = vec![
+        (&scripts::LEASE_ACQUIRE, 2, vec![b"w".to_vec(), b"0".to_vec()], "lease time must be positive"),
+        (
+            &scripts::START_WRITE_CACHE,
+            5,
+            vec![b"s".to_vec(), b"60".to_vec(), b"0".to_vec(), b"1".to_vec(), vec![], b"8".to_vec(), key.clone()],
+            "bad storage id",
+        ),
+        (
+            &scripts::START_WRITE_CACHE,
+            5,
+            vec![b"s".to_vec(), b"60".to_vec(), b"1".to_vec(), b"1".to_vec(), vec![], b"8".to_vec(), b"short".to_vec()],
+            "not 8 bytes",
+        ),
+        (&scripts::REMOVE_CACHE, 6, vec![b"8".to_vec(), b"x".to_vec(), b"1".to_vec()], "begin and end"),
+        (&scripts::EXPAND_TRASH, 2, vec![b"g".to_vec(), b"1-0".to_vec(), b"0".to_vec()], "N must be within"),
+        (&scripts::CLAIM_DELETE, 2, vec![b"1-0".to_vec(), b"k".to_vec(), loc14], "bad key or location"),
+        (
+            &scripts::EVICT,
+            8,
+            ["8", "mru", "1", "inf", "0", "1:w", "0", "0", "c"].iter().map(|a| a.as_bytes().to_vec()).collect(),
+            "index must be lru or lfu",
+        ),
+    ];
+    let mut c = valkey().await;
+    for (script, nkeys, args, needle) in cases {
+        let mut inv = script.script().prepare_invoke();
+        for k in keys(nkeys) {
+            inv.key(k);
+        }
+        for a in &args {
+            inv.arg(a.as_slice());
+        }
+        let reply: redis::RedisResult<redis::Value> = inv.invoke_async(&mut c).await;
+        let e = reply.expect_err(&format!("{}: a bad argument answered as an outcome", script.file));
+        let name = script.file.trim_end_matches(".lua");
+        let text = e.to_string();
+        assert!(text.contains(&format!("{name}:")) && text.contains(needle), "{}: {text}", script.file);
+    }
+}

@@ -38,10 +38,8 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         }
         // A verdict counts for three probe intervals: a stopped worker's soon stops counting.
         let fresh_ms = w.config.worker.health_interval_ms.saturating_mul(3);
-        let changed = match w.registry.set_storage_health(name, healthy, &w.id, fresh_ms).await {
-            Ok(c) => c,
-            Err(kvcm_core::Error::Status { .. }) => continue, // removed meanwhile
-            Err(e) => return Err(e.into()),
+        let Some(changed) = w.registry.set_storage_health(name, healthy, &w.id, fresh_ms).await? else {
+            continue; // removed meanwhile
         };
         if changed {
             match result {

@@ -358,6 +358,12 @@ impl Registry {
     }
 
     async fn run(&self, script: &scripts::LuaScript, keys: &[&str], args: &[&str]) -> Result<String> {
+        status_reply(self.run_reply(script, keys, args).await?)
+    }
+
+    /// A script's `{code, payload}` as it answered, for bindings that handle codes of their own
+    /// ([`scripts::CHANGED_MEANWHILE`], [`scripts::NO_SUCH_STORAGE`]).
+    async fn run_reply(&self, script: &scripts::LuaScript, keys: &[&str], args: &[&str]) -> Result<(i64, String)> {
         let mut inv = script.script().prepare_invoke();
         for k in keys {
             inv.key(*k);
@@ -365,8 +371,21 @@ impl Registry {
         for a in args {
             inv.arg(*a);
         }
-        let reply: (i64, String) = inv.invoke_async(&mut self.conn()).await?;
-        status_reply(reply)
+        Ok(inv.invoke_async(&mut self.conn()).await?)
+    }
+
+    /// A storage write ([`retry_on_conflict`]): `Ok(false)` when the storages changed since they
+    /// were read (nothing written), else the script's outcome, and a reload after a write.
+    async fn storage_write(&self, script: &scripts::LuaScript, keys: &[&str], args: &[&str]) -> Result<bool> {
+        let reply = self.run_reply(script, keys, args).await?;
+        if reply.0 == scripts::CHANGED_MEANWHILE {
+            return Ok(false);
+        }
+        status_reply(reply)?;
+        if let Err(e) = self.reload().await {
+            tracing::warn!(error = %e, "registry reload after a write failed; the timer will retry");
+        }
+        Ok(true)
     }
 
     /// Runs a registry write and refreshes this frontend's snapshot so its next read sees it.
@@ -385,7 +404,7 @@ impl Registry {
         retry_on_conflict(|| self.try_add_storage(&cfg)).await
     }
 
-    async fn try_add_storage(&self, cfg: &StorageConfig) -> Result<()> {
+    async fn try_add_storage(&self, cfg: &StorageConfig) -> Result<bool> {
         let stored = self.stored_storages().await?;
         if !stored.contains_key(&cfg.global_unique_name) {
             // (An existing name is left to the script, which answers DUPLICATE_ENTITY.)
@@ -395,9 +414,12 @@ impl Registry {
         let k = &self.keys;
         let mut args: Vec<&str> = vec![&cfg.global_unique_name, &json];
         args.extend(stored.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
-        self.write(&scripts::REGISTRY_ADD_STORAGE, &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq], &args)
-            .await
-            .map(drop)
+        self.storage_write(
+            &scripts::REGISTRY_ADD_STORAGE,
+            &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq],
+            &args,
+        )
+        .await
     }
 
     /// The stored storage configs, name → JSON, read fresh (not from the cached snapshot). The
@@ -415,7 +437,7 @@ impl Registry {
         retry_on_conflict(|| self.try_update_storage(&cfg, force)).await
     }
 
-    async fn try_update_storage(&self, cfg: &StorageConfig, force: bool) -> Result<()> {
+    async fn try_update_storage(&self, cfg: &StorageConfig, force: bool) -> Result<bool> {
         let name = cfg.global_unique_name.clone();
         let k = &self.keys;
         let mut others = self.stored_storages().await?;
@@ -433,7 +455,7 @@ impl Registry {
         let json = serde_json::to_string(cfg).map_err(|e| Error::internal(e.to_string()))?;
         let mut args: Vec<&str> = vec![&name, &current, &json];
         args.extend(others.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
-        self.write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &args).await.map(drop)
+        self.storage_write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &args).await
     }
 
     pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
@@ -451,19 +473,29 @@ impl Registry {
 
     /// Records worker `worker`'s health check of a storage; the storage is unhealthy only while
     /// no worker's verdict younger than `fresh_ms` finds it healthy. Returns whether the
-    /// storage's health changed (the version bumps only then).
-    pub async fn set_storage_health(&self, name: &str, healthy: bool, worker: &str, fresh_ms: u64) -> Result<bool> {
+    /// storage's health changed (the version bumps only then); `None` when the storage is gone
+    /// (removed since the caller read the registry).
+    pub async fn set_storage_health(
+        &self,
+        name: &str,
+        healthy: bool,
+        worker: &str,
+        fresh_ms: u64,
+    ) -> Result<Option<bool>> {
         let k = &self.keys;
         let flag = if healthy { "1" } else { "0" };
         let (now, fresh) = (crate::store::now_ms().to_string(), fresh_ms.to_string());
-        let changed = self
-            .run(
+        let reply = self
+            .run_reply(
                 &scripts::REGISTRY_SET_STORAGE_HEALTH,
                 &[&k.version, &k.storages, &k.storages_unhealthy, &k.storage_health],
                 &[name, flag, worker, &now, &fresh],
             )
             .await?;
-        Ok(changed == "1")
+        if reply.0 == scripts::NO_SUCH_STORAGE {
+            return Ok(None);
+        }
+        Ok(Some(status_reply(reply)? == "1"))
     }
 
     pub async fn remove_storage(&self, name: &str) -> Result<()> {
@@ -679,19 +711,21 @@ fn parse_storages(stored: &BTreeMap<String, String>) -> Vec<StorageConfig> {
 }
 
 /// Runs a storage write again (re-reading the storages) while its script answers that they
-/// changed under it — another admin's storage write raced this one — a few times at most.
+/// changed under it (`Ok(false)`: another admin's storage write raced this one), 5 times at most.
 async fn retry_on_conflict<F, Fut>(mut attempt: F) -> Result<()>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
+    Fut: std::future::Future<Output = Result<bool>>,
 {
-    let mut left = 5;
-    loop {
-        match attempt().await {
-            Err(Error::Status { code: StatusCode::SERVICE_NOT_READY, .. }) if left > 1 => left -= 1,
-            other => return other,
+    for _ in 0..5 {
+        if attempt().await? {
+            return Ok(());
         }
     }
+    Err(Error::status(
+        StatusCode::SERVICE_NOT_READY,
+        "the storages kept changing while this storage was being checked against them (other admins' writes); retry",
+    ))
 }
 
 fn prefix(e: Error, what: &str) -> Error {
