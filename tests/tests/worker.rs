@@ -306,6 +306,10 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     let text = format!("{entries:?}");
     assert!(text.contains("cannot delete"), "{text}");
     assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del")).await, 0);
+    // The storage cannot be removed while the dead letter's file is on it: nothing would ever
+    // delete that file (nothing else is pending on it).
+    let r = fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await;
+    assert_err(&r, "INVALID_ARGUMENT", "1 dead letter(s)");
     // The key is not held by the deletion it gave up on: it can be written and read again
     // (it used to stay in state X for good: reported present to writers, a miss to readers).
     let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
@@ -416,10 +420,13 @@ async fn a_reclaim_lease_excludes_other_workers_and_fences_a_worker_that_lost_it
     );
     let b = data.lease_acquire(&fx.instance, "b", 5000).await.unwrap().unwrap();
     assert_ne!(a, b);
-    // A bad argument under a valid lease is an error, not a lost lease.
+    // A bad argument is an error naming the script (a bug), never a lost lease or a status.
     let bad =
         data.evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 0, None, None, &b, 0, 0).await;
-    assert!(matches!(bad, Err(kvcm_core::Error::Status { .. })), "{bad:?}");
+    assert!(
+        matches!(&bad, Err(e @ kvcm_core::Error::Valkey(_)) if e.to_string().contains("N must be within")),
+        "{bad:?}"
+    );
     let r = data
         .evict(&fx.instance, &sizes, kvcm_core::store::maintenance::EvictIndex::Lru, 10, None, None, &b, 15, 0)
         .await

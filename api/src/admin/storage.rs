@@ -62,14 +62,22 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<StorageNa
                 )
                 .await?;
                 for instance in &instances {
-                    let (sessions, deletions) = s.data.pending_on_storage(instance, id).await?;
-                    if sessions + deletions > 0 {
-                        let removed =
-                            if snap.instances.contains_key(instance) { "" } else { " (removed, still draining)" };
+                    let p = s.data.pending_on_storage(instance, id).await?;
+                    let removed = if snap.instances.contains_key(instance) { "" } else { " (removed, still draining)" };
+                    if p.sessions + p.deletions > 0 {
                         return Err(Error::invalid(format!(
-                            "storage '{name}' still has {sessions} write session(s) open and {deletions} \
-                             deletion(s) queued for instance '{instance}'{removed}; let the sessions finish or \
-                             expire and the workers delete the files, then remove it"
+                            "storage '{name}' still has {} write session(s) open and {} deletion(s) queued for \
+                             instance '{instance}'{removed}; let the sessions finish or expire and the workers \
+                             delete the files, then remove it",
+                            p.sessions, p.deletions
+                        )));
+                    }
+                    if p.dead_letters > 0 {
+                        return Err(Error::invalid(format!(
+                            "storage '{name}' still has {} dead letter(s) of instance '{instance}'{removed}: \
+                             deletions the workers gave up on, whose files would stay on disk with no owner; fix \
+                             the storage and re-drive them (listDeadLetters, redriveDeadLetters), then remove it",
+                            p.dead_letters
                         )));
                     }
                 }

@@ -81,10 +81,10 @@ impl DataPlane {
         }
     }
 
-    /// Work of an instance still tied to storage `storage`: write sessions open on it and
-    /// deletions queued for it. What `removeStorage` waits for, so that no file on the storage
-    /// is left without an owner.
-    pub async fn pending_on_storage(&self, instance_id: &str, storage: u16) -> Result<(usize, usize)> {
+    /// Work of an instance still tied to storage `storage`: write sessions open on it,
+    /// deletions queued for it, and deletions given up on (dead letters) naming it. What
+    /// `removeStorage` waits for, so that no file on the storage is left without an owner.
+    pub async fn pending_on_storage(&self, instance_id: &str, storage: u16) -> Result<Pending> {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
         let ids: Vec<String> = redis::cmd("ZRANGE").arg(&keys.sessions).arg(0).arg(-1).query_async(&mut conn).await?;
@@ -98,11 +98,21 @@ impl DataPlane {
                 sessions += (u16::from_le_bytes([id[0], id[1]]) == storage) as usize;
             }
         }
-        let mut deletions = 0;
+        Ok(Pending {
+            sessions,
+            deletions: self.stream_on_storage(&keys.del, storage).await?,
+            dead_letters: self.stream_on_storage(&keys.del_dead, storage).await?,
+        })
+    }
+
+    /// Entries of a deletion stream (the queue or its dead letters) on `storage`, read in pages.
+    async fn stream_on_storage(&self, stream: &str, storage: u16) -> Result<usize> {
+        let mut conn = self.conn();
+        let mut count = 0;
         let mut from = "-".to_string();
         loop {
             let page: Vec<(String, HashMap<String, Vec<u8>>)> = redis::cmd("XRANGE")
-                .arg(&keys.del)
+                .arg(stream)
                 .arg(&from)
                 .arg("+")
                 .arg("COUNT")
@@ -124,13 +134,13 @@ impl DataPlane {
                     (None, Some(trash)) => self.trash_holds(&String::from_utf8_lossy(trash), storage).await?,
                     (None, None) => false,
                 };
-                deletions += on as usize;
+                count += on as usize;
             }
             if page.len() < 1000 && !saw_trash {
                 break;
             }
         }
-        Ok((sessions, deletions))
+        Ok(count)
     }
 
     /// One instance's usage per storage id: (bytes, blocks).
@@ -171,6 +181,14 @@ impl DataPlane {
             .insert(group.to_string(), (Instant::now(), usage.clone()));
         Ok(usage)
     }
+}
+
+/// What [`DataPlane::pending_on_storage`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub sessions: usize,
+    pub deletions: usize,
+    pub dead_letters: usize,
 }
 
 #[cfg(test)]
