@@ -202,7 +202,7 @@ pub fn app_state(
         bodies: Arc::new(tokio::sync::Semaphore::new(inflight_kib)),
         started: std::time::Instant::now(),
         tair_rates: Arc::default(),
-        faults: Arc::default(),
+        faults: kvcm_core::faults::global(),
     }))
 }
 
@@ -318,7 +318,7 @@ pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState)
     let metrics = state.metrics.clone();
     let deadline = Duration::from_millis(state.config.request_timeout_ms);
     let (bodies, max_body) = (state.bodies.clone(), state.config.max_body_bytes);
-    let faults = state.faults.clone();
+    let faults = state.faults;
     router
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
@@ -326,7 +326,7 @@ pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState)
         .layer(from_fn(move |req, next| within_deadline(deadline, req, next)))
         .layer(from_fn(move |req, next| within_body_budget(bodies.clone(), max_body, req, next)))
         .layer(CatchPanicLayer::custom(panicked))
-        .layer(from_fn(move |req, next| faults::faulted(faults.clone(), req, next)))
+        .layer(from_fn(move |req, next| faults::faulted(faults, req, next)))
         .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
 }
 

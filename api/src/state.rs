@@ -47,8 +47,8 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// What the previous `getMetrics` counted, for Tair's per-second rates.
     pub tair_rates: Arc<crate::tair_metrics::RateState>,
-    /// Faults injected by the debug service (`debug_faults`).
-    pub faults: Arc<crate::faults::Faults>,
+    /// Faults injected by the debug service (`debug_faults`): the process's.
+    pub faults: &'static kvcm_core::faults::Faults,
 }
 
 impl std::fmt::Debug for AppState {

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod block_key;
 pub mod config;
 pub mod error;
+pub mod faults;
 pub mod keys;
 pub mod limits;
 pub mod mask;

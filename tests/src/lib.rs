@@ -487,6 +487,21 @@ fn text(b: &[u8]) -> String {
     }
 }
 
+/// Polls `f` until it answers true, failing the test after `secs` seconds naming `what`.
+pub async fn wait_until<F, Fut>(what: &str, secs: u64, f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut f = f;
+    let ok = eventually(Duration::from_secs(secs), || {
+        let fut = f();
+        async move { fut.await.then_some(()) }
+    })
+    .await;
+    assert!(ok.is_some(), "timed out waiting until {what}");
+}
+
 /// Polls `f` until it returns Some or the deadline passes.
 pub async fn eventually<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
 where

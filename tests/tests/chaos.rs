@@ -1,7 +1,8 @@
 //! The chaos suite (issue 11, docs/reliability.md): steady load from simulated engines through
 //! several frontends, with workers running, while a part fails — a Valkey primary killed and
 //! replaced by its replica, a frontend and a worker `kill -9`ed, connections between kvcm and
-//! Valkey reset, a storage root vanishing and coming back, a storage operation hanging. After
+//! Valkey reset, a storage root vanishing and coming back, a storage operation hanging (the
+//! health probe on a FIFO, and an unlink through the worker's `StorageUnlink` fault point). After
 //! each, the load stops, and the auditor (`kvcm-worker audit`) must find the system drained and
 //! clean: every serving block's files exist, every file belongs to a block, usage counters
 //! equal the serving blocks, nothing stuck being deleted, no session left open. Every block
@@ -215,6 +216,52 @@ async fn a_storage_root_that_vanishes_and_a_hung_probe_lose_nothing() {
     let took = s.workers[0].terminate_within(Duration::from_secs(10));
     unblock(&probe);
     assert!(took.is_some_and(|t| t < Duration::from_secs(5)), "the worker took {took:?} to stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_unlink_holds_its_keys_and_loses_nothing() {
+    let _one = one_at_a_time().await;
+    let s = Stack::start(&valkey_url(), 1, 1, &[("KVCM_DEBUG_FAULTS", "true")]).await;
+    let load = Load::start(s.frontends.clone(), &s.fx.instance, engines());
+    run_for(2).await;
+    // The mount's unlink blocks (the fault point of the worker's storage backend, injected
+    // through the worker's debug service): each deletion times out after 1 s; the root counts
+    // as hung while the thread is blocked, so further deletions on it fail at once; the keys
+    // of timed-out deletions stay held (the unlink may still land); writes and reads go on.
+    let worker = &s.workers[0];
+    let debug = |rpc: &'static str, body: serde_json::Value| {
+        let url = format!("{}/api/{rpc}", worker.metrics);
+        async move {
+            let r: serde_json::Value =
+                reqwest::Client::new().post(url).json(&body).send().await.unwrap().json().await.unwrap();
+            assert_eq!(r["header"]["status"]["code"], "OK", "{rpc}: {r}");
+        }
+    };
+    let hang = json!({"api_name": "StorageUnlink", "fault_type": "FT_HANG", "hang_ms": 600_000});
+    debug("injectFault", hang).await;
+    let timeouts = "kvcm_worker_deletion_failures_total{kind=\"timeout\"}";
+    let timed_out =
+        eventually(Duration::from_secs(15), || async { (worker.metric(timeouts).await >= 2.0).then_some(()) }).await;
+    assert!(timed_out.is_some(), "no deletion timed out on the hung unlink");
+    run_for(2).await;
+    // The mount recovers: the blocked unlink returns (and deletes), the root takes operations
+    // again, the retried deletions complete.
+    debug("clearFaults", json!({})).await;
+    {
+        // While an unlink is blocked the root counts as hung, so the health probe fails too: the
+        // storage turns unhealthy and starts are refused (no storage can take new blocks) with a
+        // domain error — never a 5xx or anything else.
+        let ledger = load.ledger.lock().unwrap();
+        let other: Vec<_> = ledger
+            .outcomes
+            .iter()
+            .filter(|o| !(o.ok() || o.rpc == "startWriteCache" && o.code == "REACH_MAX_ENTITY_CAPACITY"))
+            .collect();
+        assert!(other.is_empty(), "requests failed otherwise: {:?}", &other[..other.len().min(5)]);
+    }
+    let audit = s.settle(load, "unlink hung").await;
+    println!("unlink hung: {} deletion attempts timed out", worker.metric(timeouts).await);
+    assert_eq!(audit.dead_letters, 0);
 }
 
 /// Opens the FIFO `path` for reading, releasing a writer blocked on it, then removes it. The open

@@ -65,3 +65,44 @@ async fn injected_faults_fail_always_or_once_and_are_removed() {
         "faulted calls are counted like any reply:\n{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_hang_delays_an_rpc_and_workers_serve_the_storage_fault_points() {
+    let api = Api::start_with(&unique("ns"), &[("KVCM_DEBUG_FAULTS", "true")]);
+    let read = json!({"instance_id": "nobody", "query_type": "QT_PREFIX_MATCH", "block_keys": [1]});
+    // kvcm extension: FT_HANG makes the call wait, then run (also over gRPC: the proto has it).
+    let hang = json!({"api_name": "GetCacheLocation", "fault_type": "FT_HANG", "hang_ms": 400,
+                      "fault_trigger_strategy": "ONCE", "trigger_at_call": 1});
+    let over_grpc = grpc_call(&api.grpc_admin, kvcm_api::grpc::DEBUG_SERVICE, "InjectFault", hang, None).await.unwrap();
+    assert_eq!(status(&over_grpc), "OK", "{over_grpc}");
+    let t = std::time::Instant::now();
+    assert_err(&api.meta("getCacheLocation", read.clone()).await, "INSTANCE_NOT_EXIST", "nobody");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(400), "{:?}", t.elapsed());
+    let bad = json!({"api_name": "StorageUnlink", "fault_type": "FT_HANG", "hang_ms": 0});
+    assert_err(&api.admin("injectFault", bad).await, "INVALID_ARGUMENT", "hang_ms");
+
+    // A worker's debug service: off unless configured, and then its storage operations fail.
+    let call = |url: String, body: serde_json::Value| async move {
+        let r: serde_json::Value =
+            reqwest::Client::new().post(url).json(&body).send().await.unwrap().json().await.unwrap();
+        r
+    };
+    let fail_probe = json!({"api_name": "StorageProbe", "fault_trigger_strategy": "ALWAYS"});
+    let off = WorkerProc::start(&api.namespace, &[]);
+    let r = call(format!("{}/api/injectFault", off.metrics), fail_probe.clone()).await;
+    assert_eq!(status(&r), "UNSUPPORTED", "{r}");
+    let dir = repo_root().join(".kvcm/test-data").join(unique("probe"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let storage = json!({"storage": {"global_unique_name": "probed", "nfs": {"root_path": dir.to_str().unwrap()}}});
+    assert_ok(&api.admin("addStorage", storage).await);
+    let on =
+        WorkerProc::start(&api.namespace, &[("KVCM_DEBUG_FAULTS", "true"), ("KVCM_WORKER__HEALTH_INTERVAL_MS", "100")]);
+    let healthy = "kvcm_storage_healthy{storage=\"probed\"}";
+    wait_until("the storage passes its probe", 10, || async { on.metric(healthy).await == 1.0 }).await;
+    let r = call(format!("{}/api/injectFault", on.metrics), fail_probe).await;
+    assert_eq!(status(&r), "OK", "{r}");
+    wait_until("the faulted probe fails", 10, || async { on.metric(healthy).await == 0.0 }).await;
+    let r = call(format!("{}/api/clearFaults", on.metrics), json!({})).await;
+    assert_eq!(status(&r), "OK", "{r}");
+    wait_until("the probe passes again", 10, || async { on.metric(healthy).await == 1.0 }).await;
+}

@@ -11,20 +11,6 @@ async fn int(cmd: &str, key: &str) -> i64 {
     redis::cmd(cmd).arg(key).query_async(&mut c).await.unwrap()
 }
 
-async fn wait_until<F, Fut>(what: &str, secs: u64, f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let mut f = f;
-    let ok = eventually(Duration::from_secs(secs), || {
-        let fut = f();
-        async move { fut.await.then_some(()) }
-    })
-    .await;
-    assert!(ok.is_some(), "timed out waiting until {what}");
-}
-
 #[tokio::test]
 async fn removed_blocks_lose_their_files_and_their_metadata() {
     let fx = Fixture::new(&[("tp0", 2), ("tp1", 2)], 1, json!({})).await;

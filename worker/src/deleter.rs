@@ -304,6 +304,7 @@ async fn fail(w: &Worker, keys: &InstanceKeys, entry: &StreamId, why: &str) -> a
     let mut conn = w.conn.clone();
     let attempts: u64 = redis::cmd("HINCRBY").arg(&keys.del_fail).arg(&entry.id).arg(1).query_async(&mut conn).await?;
     let timed_out = why.starts_with(kvcm_core::backend::file::TIMED_OUT);
+    w.metrics.deletion_failures.with_label_values(&[if timed_out { "timeout" } else { "error" }]).inc();
     if timed_out {
         // Remembered for the entry's whole life (any worker's attempts): an unlink that timed
         // out may still land later, whatever the next attempts do.

@@ -17,6 +17,7 @@ pub struct Metrics {
     pub registry: Registry,
     pub deletions: IntCounterVec,
     pub dead_letters: IntCounter,
+    pub deletion_failures: IntCounterVec,
     pub dead_letters_refused: IntCounter,
     pub sessions_expired: IntCounter,
     pub engine_entries_dropped: IntCounter,
@@ -44,6 +45,11 @@ impl Metrics {
                 "kvcm_worker_deletions_total",
                 "Locations deleted, per storage and reason",
                 &["storage", "reason"],
+            ),
+            deletion_failures: cv(
+                "kvcm_worker_deletion_failures_total",
+                "Failed deletion attempts (retried with backoff), by kind: timeout (a storage operation past worker.file_op_timeout_ms or on a root with one still blocked: a hung mount) or error",
+                &["kind"],
             ),
             dead_letters: IntCounter::new("kvcm_worker_dead_letters_total", "Deletions moved to a dead-letter stream")
                 .expect("metric"),
@@ -130,6 +136,7 @@ impl Metrics {
             Box::new(m.reclaim_seconds.clone()),
             Box::new(m.stream_length.clone()),
             Box::new(m.storage_healthy.clone()),
+            Box::new(m.deletion_failures.clone()),
             Box::new(m.storage_bytes.clone()),
             Box::new(m.stream_pending.clone()),
             Box::new(m.dead_letter_entries.clone()),

@@ -180,8 +180,11 @@ pub(crate) async fn with_timeout<T: Send + 'static>(
 /// a missing root is an error ([`open_root`]).
 pub(crate) async fn unlink(root: String, instance: String, name: String, timeout: Duration) -> Result<(), String> {
     let at = root.clone();
-    with_timeout(&at, "deleting", timeout, move || unlink_in_spec_dirs(&open_root(&root)?, &root, &instance, &name))
-        .await
+    with_timeout(&at, "deleting", timeout, move || {
+        crate::faults::global().check_blocking(crate::faults::STORAGE_UNLINK)?;
+        unlink_in_spec_dirs(&open_root(&root)?, &root, &instance, &name)
+    })
+    .await
 }
 
 /// The root exists (it is not created: a missing root usually means an unmounted NFS or 3FS,
@@ -190,6 +193,7 @@ pub(crate) async fn unlink(root: String, instance: String, name: String, timeout
 pub(crate) async fn probe(root: String, probe: String, timeout: Duration) -> Result<(), String> {
     let at = root.clone();
     with_timeout(&at, "the health probe", timeout, move || {
+        crate::faults::global().check_blocking(crate::faults::STORAGE_PROBE)?;
         if !Path::new(&root).is_dir() {
             return Err(format!("root {root} is not a directory (not mounted?)"));
         }

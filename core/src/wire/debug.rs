@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 crate::wire_enum! {
-    /// What an injected fault does: the RPC answers `INTERNAL_ERROR`.
-    pub enum FaultType { FT_INTERNAL_ERROR = 0 }
+    /// What an injected fault does: the call fails (an RPC answers `INTERNAL_ERROR`), or — a
+    /// kvcm extension — waits `hang_ms` first (a storage operation blocks like a hung mount).
+    pub enum FaultType { FT_INTERNAL_ERROR = 0, FT_HANG = 100 }
 }
 
 crate::wire_enum! {
@@ -16,12 +17,16 @@ crate::wire_enum! {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct InjectFaultRequest {
-    /// The RPC, in Tair's spelling (`GetCacheLocation`) or kvcm's (`getCacheLocation`).
+    /// The RPC, in Tair's spelling (`GetCacheLocation`) or kvcm's (`getCacheLocation`), or one
+    /// of kvcm's fault points (`StorageUnlink`, `StorageProbe`: `kvcm_core::faults`).
     pub api_name: String,
     pub fault_type: FaultType,
     pub fault_trigger_strategy: FaultTriggerStrategy,
     /// With `ONCE`: which call after the injection fails (1 = the next one).
     pub trigger_at_call: i32,
+    /// kvcm extension, with `FT_HANG`: how long the call waits (1..=600000 ms; removing the
+    /// fault ends the wait early).
+    pub hang_ms: i32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
