@@ -7,6 +7,7 @@
 -- KEYS[5] storage_ids        hash name -> id
 -- KEYS[6] storages_unhealthy set of unhealthy names
 -- KEYS[7] removed            string `<call id>\n<reply>`, for 60 s after a removal went through
+-- KEYS[8] removed_storages   hash id -> the removed storage's JSON (for late deletions)
 -- ARGV[1] name               storage name
 -- ARGV[2] call id            fresh per request (a resend carries the same)
 --
@@ -15,7 +16,7 @@
 -- answers the first run's reply from KEYS[7]; another call gets the error.
 -- Example: groups = {g1 = {storage_candidates = ["nfs_01"]}}; ARGV = {"nfs_01"}
 --          -> {5, "storage 'nfs_01' is used by instance group 'g1' ..."}, nothing changes.
-if #KEYS ~= 7 or #ARGV ~= 2 then return redis.error_reply('registry_remove_storage: expected 7 keys, 2 args') end
+if #KEYS ~= 8 or #ARGV ~= 2 then return redis.error_reply('registry_remove_storage: expected 8 keys, 2 args') end
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[2], name) == 0 then
   local first = redis.call('GET', KEYS[7])
@@ -38,6 +39,9 @@ for i = 1, #groups, 2 do
     end
   end
 end
+-- The configuration stays reachable by id: files of stragglers on it can still be deleted.
+local id = redis.call('HGET', KEYS[5], name)
+if id then redis.call('HSET', KEYS[8], id, redis.call('HGET', KEYS[2], name)) end
 redis.call('HDEL', KEYS[2], name)
 redis.call('SREM', KEYS[3], name)
 redis.call('HDEL', KEYS[5], name)

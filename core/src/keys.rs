@@ -39,6 +39,11 @@ pub struct RegistryKeys {
     pub storage_ids: String,
     /// String counter handing out storage ids (never reused).
     pub storage_id_seq: String,
+    /// Hash: id → `StorageConfig` JSON of each removed storage, kept so that a straggler's
+    /// files (a write session a frontend started from a registry copy a moment old, a dead
+    /// letter re-driven later) can still be deleted. Not part of the snapshot: read by id, by
+    /// the deleter only. Bounded by the id space (ids are never reused).
+    pub removed_storages: String,
 }
 
 impl RegistryKeys {
@@ -58,6 +63,7 @@ impl RegistryKeys {
             api_keys: k("api_keys"),
             storage_ids: k("storage_ids"),
             storage_id_seq: k("storage_id_seq"),
+            removed_storages: k("removed_storages"),
         }
     }
 

@@ -809,3 +809,37 @@ async fn blocks_left_by_a_write_racing_remove_instance_are_deleted() {
     let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
     wait_until("no metadata is left", 10, || async { int("HLEN", &blocks).await == 0 }).await;
 }
+
+/// `removeStorage`'s checks and the removal are not one atomic step (the sessions live in the
+/// instances' slots, the registry in its own): a frontend whose registry copy is a moment old can
+/// still start a session on a storage being removed. Its files must not be left without an
+/// owner: the removal keeps the storage's configuration by id, and the deleter deletes with it.
+#[tokio::test]
+async fn a_stragglers_files_on_a_removed_storage_are_still_deleted() {
+    let fx = Fixture::new(&[("tp0", 2)], 1, json!({})).await;
+    let paths = fx.write_files(&[1, 2]).await;
+    assert!(paths.iter().all(|p| p.exists()));
+    // The group moves to another storage, and the first is removed as a racing frontend would
+    // leave it: with blocks on it (the registry's own removal, without the frontend's checks).
+    let other = repo_root().join(".kvcm/test-data").join(unique("other"));
+    std::fs::create_dir_all(&other).unwrap();
+    let storage = json!({"storage": {"global_unique_name": "other", "nfs": {"root_path": other.to_str().unwrap()}}});
+    assert_ok(&fx.api.admin("addStorage", storage).await);
+    let group =
+        json!({"instance_group": {"name": "g", "storage_candidates": ["other"], "version": 2}, "current_version": 1});
+    assert_ok(&fx.api.admin("updateInstanceGroup", group).await);
+    let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
+    let registry = kvcm_core::registry::Registry::open(conn, &fx.api.namespace, Default::default()).await.unwrap();
+    registry.remove_storage("files").await.unwrap();
+    let removed = registry.removed_storage(1).await.unwrap().expect("the removed storage is kept by id");
+    assert_eq!(removed.global_unique_name, "files");
+    assert_eq!(registry.removed_storage(2).await.unwrap(), None, "'other' was never removed");
+
+    // The straggler's blocks are removed: the worker deletes their files on the removed storage.
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
+    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    let del = instance_key(&fx.api.namespace, &fx.instance, "del");
+    wait_until("the deletions complete", 15, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(paths.iter().all(|p| !p.exists()), "a file on the removed storage was left behind");
+    assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del_dead")).await, 0, "no dead letter");
+}

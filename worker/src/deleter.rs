@@ -197,11 +197,24 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
     }
     let Some(loc_bytes) = bytes(entry, "l") else { return Outcome::Failed("entry has no location".into()) };
     let Some((loc, _)) = decode_location(&loc_bytes, 0) else { return Outcome::Failed("undecodable location".into()) };
-    let Some(cfg) = kvcm_core::store::storage_of(&snap, loc.storage) else {
-        return Outcome::Failed(format!(
-            "storage id {} no longer exists in the registry; its data cannot be deleted",
-            loc.storage
-        ));
+    // A storage removed meanwhile (a straggler: a session a frontend started from a registry
+    // copy a moment old, a re-driven dead letter) is deleted on with the configuration it had.
+    let removed;
+    let cfg = match kvcm_core::store::storage_of(&snap, loc.storage) {
+        Some(cfg) => cfg,
+        None => match w.registry.removed_storage(loc.storage).await {
+            Ok(Some(cfg)) => {
+                removed = cfg;
+                &removed
+            }
+            Ok(None) => {
+                return Outcome::Failed(format!(
+                    "storage id {} no longer exists in the registry; its data cannot be deleted",
+                    loc.storage
+                ));
+            }
+            Err(e) => return Outcome::Failed(e.to_string()),
+        },
     };
     let backend = Backend::of(cfg);
     let storage = cfg.global_unique_name.clone();

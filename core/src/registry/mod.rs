@@ -511,11 +511,21 @@ impl Registry {
                 &k.storage_ids,
                 &k.storages_unhealthy,
                 &k.removed("storage", name),
+                &k.removed_storages,
             ],
             &[name, &crate::keys::call_id()],
         )
         .await
         .map(drop)
+    }
+
+    /// The configuration a removed storage had, by id (`removed_storages`): for deleting files a
+    /// straggler left on it. `None` for ids never removed.
+    pub async fn removed_storage(&self, id: u16) -> Result<Option<StorageConfig>> {
+        let json: Option<String> =
+            redis::cmd("HGET").arg(&self.keys.removed_storages).arg(id).query_async(&mut self.conn()).await?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| Error::internal(format!("removed storage {id}: {e}"))))
+            .transpose()
     }
 
     pub async fn list_storages(&self) -> Result<Vec<StorageConfig>> {
