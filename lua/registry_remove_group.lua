@@ -12,10 +12,11 @@
 -- answers the first run's reply from KEYS[4]; another call gets the error.
 -- Example: group_instances = {g1 = 2}; ARGV = {"g1"} -> {5, "... still has 2 instances ..."}.
 if #KEYS ~= 4 or #ARGV ~= 2 then return redis.error_reply('registry_remove_group: expected 4 keys, 2 args') end
+-- A resend of this very call (same call id) answers the first run's reply before anything else
+-- is looked at: the name may exist again by now (created anew), and must not be removed twice.
+local first = redis.call('GET', KEYS[4])
+if first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' then return {1, first:sub(#ARGV[2] + 2)} end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
-  local first = redis.call('GET', KEYS[4])
-  local resent = first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' and first:sub(#ARGV[2] + 2)
-  if resent then return {1, resent} end
   return {5, "instance group '" .. ARGV[1] .. "' does not exist"}
 end
 local n = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')

@@ -16,11 +16,12 @@
 -- answers the first run's reply from KEYS[5]; another call gets the error.
 -- Example: instances = {i1 in g1}; ARGV = {"i1", ""} -> instances = {}, group_instances g1 -1, {1, "g1"}.
 if #KEYS ~= 5 or #ARGV ~= 3 then return redis.error_reply('registry_remove_instance: expected 5 keys, 3 args') end
+-- A resend of this very call (same call id) answers the first run's reply before anything else
+-- is looked at: the name may exist again by now (created anew), and must not be removed twice.
+local first = redis.call('GET', KEYS[5])
+if first and first:sub(1, #ARGV[3] + 1) == ARGV[3] .. '\n' then return {1, first:sub(#ARGV[3] + 2)} end
 local info = redis.call('HGET', KEYS[3], ARGV[1])
 if not info then
-  local first = redis.call('GET', KEYS[5])
-  local resent = first and first:sub(1, #ARGV[3] + 1) == ARGV[3] .. '\n' and first:sub(#ARGV[3] + 2)
-  if resent then return {1, resent} end
   return {8, "instance '" .. ARGV[1] .. "' is not registered"}
 end
 local ok, obj = pcall(cjson.decode, info)

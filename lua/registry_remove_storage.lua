@@ -17,11 +17,12 @@
 -- Example: groups = {g1 = {storage_candidates = ["nfs_01"]}}; ARGV = {"nfs_01"}
 --          -> {5, "storage 'nfs_01' is used by instance group 'g1' ..."}, nothing changes.
 if #KEYS ~= 8 or #ARGV ~= 2 then return redis.error_reply('registry_remove_storage: expected 8 keys, 2 args') end
+-- A resend of this very call (same call id) answers the first run's reply before anything else
+-- is looked at: the name may exist again by now (created anew), and must not be removed twice.
+local first = redis.call('GET', KEYS[7])
+if first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' then return {1, first:sub(#ARGV[2] + 2)} end
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[2], name) == 0 then
-  local first = redis.call('GET', KEYS[7])
-  local resent = first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' and first:sub(#ARGV[2] + 2)
-  if resent then return {1, resent} end
   return {5, "storage '" .. name .. "' does not exist"}
 end
 local groups = redis.call('HGETALL', KEYS[4])

@@ -14,11 +14,12 @@
 -- answers the first run's reply from KEYS[4]; another call gets the error.
 -- Example: api_keys = {"0f3a…": "{…ROLE_USER…}"}; ARGV = {"0f3a…"} -> {1, "9"}, api_keys = {}.
 if #KEYS ~= 4 or #ARGV ~= 2 then return redis.error_reply('registry_revoke_api_key: expected 4 keys, 2 args') end
+-- A resend of this very call (same call id) answers the first run's reply before anything else
+-- is looked at: the name may exist again by now (created anew), and must not be removed twice.
+local first = redis.call('GET', KEYS[4])
+if first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' then return {1, first:sub(#ARGV[2] + 2)} end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then
-  local first = redis.call('GET', KEYS[4])
-  local resent = first and first:sub(1, #ARGV[2] + 1) == ARGV[2] .. '\n' and first:sub(#ARGV[2] + 2)
-  if resent then return {1, resent} end
   return {5, "API key '" .. ARGV[1] .. "' does not exist (already revoked?); listApiKeys shows the keys"}
 end
 local ok, k = pcall(cjson.decode, cur)

@@ -17,8 +17,8 @@
 -- ARGV[7..] block keys, 8 bytes each, in request order; key i's parent is key i-1
 --
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
---        location bytes of the j-th non-present key. | {5, message} (a session id collision: the
---        caller retries). Arguments kvcm itself got wrong are an error reply (a bug, never a status).
+--        location bytes of the j-th non-present key. | {-3, message} (the session id is another
+--        request's: the caller draws another id and calls again; never a wire status). Arguments kvcm itself got wrong are an error reply (a bug, never a status).
 -- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32 |
 -- location 26 bytes, zero-padded), so finish and expiry can queue a location's deletion even
 -- when a trim or removal took its metadata while the engine was writing.
@@ -50,7 +50,7 @@ if prior then
   -- this very request, resent by the client after a dropped connection (the first run went
   -- through). Answer what the first run answered, from the session record: its new keys, in
   -- request order, are the keys that were not present.
-  if #prior < 12 then return {5, 'session id collision; retry'} end
+  if #prior < 12 then return {-3, 'session id taken by another request'} end
   local n = (select(3, struct.unpack('<I4I4I4', prior)))
   local present, again, j = {}, {1, ''}, 1
   for i = 1, nk do
@@ -64,7 +64,7 @@ if prior then
       present[i] = '1'
     end
   end
-  if j <= n then return {5, 'session id collision; retry'} end
+  if j <= n then return {-3, 'session id taken by another request'} end
   again[2] = table.concat(present)
   return again
 end

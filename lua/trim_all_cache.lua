@@ -4,16 +4,18 @@
 -- every location in it. Usage and eviction indexes are reset.
 --
 -- KEYS[1] blocks  hash key -> block record
--- KEYS[2] trash   a new, unused key (same hash tag) that receives the blocks
+-- KEYS[2] trash   a new key (same hash tag), random per call, that receives the blocks
 -- KEYS[3] usage   KEYS[4] lru   KEYS[5] lfu   KEYS[6] itouch
 -- KEYS[7] del     stream of locations to delete physically
 -- ARGV    none
 --
--- Reply: {1, blocks trashed} | {5, message} (trash key exists)
+-- Reply: {1, blocks trashed}. The trash key existing already means this very call ran before (its
+-- name is the call's random id; the client resent it after its reply was lost): answered
+-- {1, blocks still in the trash} without trimming again (what was written since stays).
 -- Example: blocks = {A, B} -> trash = {A, B}, blocks/usage/lru/lfu/itouch gone,
 --          del += {trash = <KEYS[2]>, r = trim_all}; reply {1, 2}.
 if #KEYS ~= 7 or #ARGV ~= 0 then return redis.error_reply('trim_all_cache: expected 7 keys, 0 args') end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {5, 'trash key exists; retry'} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {1, redis.call('HLEN', KEYS[2])} end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   redis.call('RENAME', KEYS[1], KEYS[2])

@@ -64,7 +64,14 @@ pub async fn faulted(faults: &'static Faults, req: axum::extract::Request, next:
                     format!("fault injected into {name} on this frontend (injectFault, debug_faults = true)"),
                 );
             }
-            Hit::Hang(d) => tokio::time::sleep(d).await,
+            Hit::Hang { wait, fault } => {
+                // Until its time is up or the fault is removed (before the request's deadline
+                // starts: a hang models a slow path in front of the handler).
+                let until = std::time::Instant::now() + wait;
+                while let Some(step) = faults.hang_left(&name, fault, until) {
+                    tokio::time::sleep(step).await;
+                }
+            }
         }
     }
     next.run(req).await

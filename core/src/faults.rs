@@ -40,6 +40,8 @@ pub const STORAGE_PROBE: &str = "StorageProbe";
 
 #[derive(Debug)]
 struct Fault {
+    /// Unique per injection: a hang waits while *its* fault is still set.
+    id: u64,
     hang: Option<Duration>,
     /// `None`: every call; `Some(n)`: the n-th call after the injection.
     once_at: Option<u32>,
@@ -53,16 +55,17 @@ pub enum Hit {
     Pass,
     /// Fail.
     Fail,
-    /// Wait this long (or until the fault is removed), then go on.
-    Hang(Duration),
+    /// Wait this long, or until fault `fault` is removed or replaced ([`Faults::hang`]), then
+    /// go on.
+    Hang { wait: Duration, fault: u64 },
 }
 
 /// The faults set in this process, by point.
 #[derive(Debug, Default)]
 pub struct Faults {
+    /// Whether `set` is non-empty; changed only under its lock.
     any: AtomicBool,
-    /// Bumped by every removal: a hang ends early when it moves.
-    removals: AtomicU64,
+    next_id: AtomicU64,
     set: Mutex<HashMap<String, Fault>>,
 }
 
@@ -109,8 +112,19 @@ impl Faults {
         match (fires, fault.hang) {
             (false, _) => Hit::Pass,
             (true, None) => Hit::Fail,
-            (true, Some(d)) => Hit::Hang(d),
+            (true, Some(wait)) => Hit::Hang { wait, fault: fault.id },
         }
+    }
+
+    /// Whether fault `id` at `point` is still set (not removed, cleared or replaced).
+    pub fn still_set(&self, point: &str, id: u64) -> bool {
+        self.lock().get(point).is_some_and(|f| f.id == id)
+    }
+
+    /// How long a [`Hit::Hang`] is still to wait, checked every 20 ms: `None` once it is over.
+    pub fn hang_left(&self, point: &str, fault: u64, until: Instant) -> Option<Duration> {
+        let now = Instant::now();
+        (now < until && self.still_set(point, fault)).then(|| (until - now).min(Duration::from_millis(20)))
     }
 
     /// A fault point on a blocking thread (storage operations): an error to return when the
@@ -120,10 +134,10 @@ impl Faults {
         match self.hit(point) {
             Hit::Pass => Ok(()),
             Hit::Fail => Err(format!("fault injected into {point} (injectFault, debug_faults = true)")),
-            Hit::Hang(d) => {
-                let (until, seen) = (Instant::now() + d, self.removals.load(Relaxed));
-                while Instant::now() < until && self.removals.load(Relaxed) == seen {
-                    std::thread::sleep(Duration::from_millis(20));
+            Hit::Hang { wait, fault } => {
+                let until = Instant::now() + wait;
+                while let Some(step) = self.hang_left(point, fault, until) {
+                    std::thread::sleep(step);
                 }
                 Ok(())
             }
@@ -155,7 +169,8 @@ impl Faults {
         if !set.contains_key(&name) && set.len() >= MAX_FAULTS {
             return Err(Error::invalid(format!("at most {MAX_FAULTS} faults at once; clearFaults first")));
         }
-        set.insert(name, Fault { hang, once_at, calls: 0 });
+        let id = self.next_id.fetch_add(1, Relaxed);
+        set.insert(name, Fault { id, hang, once_at, calls: 0 });
         self.any.store(true, Relaxed);
         Ok(())
     }
@@ -165,14 +180,13 @@ impl Faults {
         let mut set = self.lock();
         set.remove(&name);
         self.any.store(!set.is_empty(), Relaxed);
-        self.removals.fetch_add(1, Relaxed);
         Ok(())
     }
 
     pub fn clear(&self) {
-        self.lock().clear();
+        let mut set = self.lock();
+        set.clear();
         self.any.store(false, Relaxed);
-        self.removals.fetch_add(1, Relaxed);
     }
 }
 
@@ -235,7 +249,14 @@ mod tests {
                 (f.check_blocking(STORAGE_UNLINK), t.elapsed())
             })
         };
+        while f.lock().get(STORAGE_UNLINK).is_none_or(|x| x.calls == 0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Removing another fault does not end it; removing its own does.
+        inject(&f, STORAGE_PROBE, None, 0).unwrap();
+        f.remove(STORAGE_PROBE).unwrap();
         std::thread::sleep(Duration::from_millis(100));
+        assert!(!blocked.is_finished(), "another fault's removal ended the hang");
         f.clear();
         let (result, took) = blocked.join().unwrap();
         assert_eq!(result, Ok(()));

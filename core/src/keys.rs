@@ -331,6 +331,9 @@ mod tests {
         let keys = RegistryKeys::new("kvcm");
         let first = slot(keys.all()[0]);
         assert!(keys.all().iter().all(|k| slot(k) == first));
+        for k in [keys.removed_storages.clone(), keys.removed("storage", "a{b}"), keys.removed("instance", "x/y")] {
+            assert_eq!(slot(&k), first, "{k}");
+        }
         assert_eq!(first, slot("{reg}"));
     }
 

@@ -128,17 +128,25 @@ pub async fn load_all(conn: &mut redis::cluster_async::ClusterConnection) -> Res
 pub const CHANGED_MEANWHILE: i64 = -1;
 /// `registry_set_storage_health`: the storage was removed since the worker read the registry.
 pub const NO_SUCH_STORAGE: i64 = -2;
+/// `start_write_cache`: another request's session has this session id (a 1 in 2^64 draw); the
+/// frontend draws another and runs the script again.
+pub const SESSION_ID_TAKEN: i64 = -3;
 
 /// Maps a script's `{code, payload}` reply: code 1 gives the payload, any other code becomes a
 /// domain error carrying the script's message.
 pub fn status_reply(reply: (i64, String)) -> Result<String> {
-    let (code, payload) = reply;
-    if code == StatusCode::OK.number() as i64 {
-        return Ok(payload);
+    if reply.0 == StatusCode::OK.number() as i64 {
+        return Ok(reply.1);
     }
-    match StatusCode::from_number(code) {
-        Some(code) => Err(Error::status(code, payload)),
-        None => Err(Error::internal(format!("script returned unknown status {code}: {payload}"))),
+    Err(reply_error(reply))
+}
+
+/// The error of a reply other than OK: a wire status becomes a domain error with the script's
+/// message; a code no binding handled (below 0) is a bug.
+pub fn reply_error((code, message): (i64, String)) -> Error {
+    match StatusCode::from_number(code).filter(|c| *c != StatusCode::OK) {
+        Some(code) => Error::status(code, message),
+        None => Error::internal(format!("script returned unexpected status {code}: {message}")),
     }
 }
 

@@ -609,3 +609,96 @@ async fn health_cluster_info_metrics_and_leader_rpcs_answer() {
     let (status, text) = api.get_admin("/api/healthy").await;
     assert_eq!((status, text.as_str()), (200, r#"{"status":"OK"}"#));
 }
+
+/// Tair's UpdateLogger: a frontend's log level changes at runtime (its own: no leader), for the
+/// whole process or one module; bad levels and module names are refused.
+#[tokio::test]
+async fn update_logger_changes_this_frontends_log_level_at_runtime() {
+    let api = Api::start();
+    let debug_lines = || std::fs::read_to_string(&api.log).unwrap_or_default().matches("debug logging is on").count();
+    assert_ok(&api.admin("updateLogger", json!({"log_level": "INFO"})).await);
+    assert_eq!(debug_lines(), 0, "at INFO the debug line is filtered out");
+    assert_ok(&api.admin("updateLogger", json!({"module_name": "kvcm_api", "log_level": "debug"})).await);
+    let logged = eventually(std::time::Duration::from_secs(5), || async { (debug_lines() == 1).then_some(()) }).await;
+    assert!(logged.is_some(), "DEBUG for kvcm_api did not take effect");
+    refused(&api, "updateLogger", json!({"log_level": "VERBOSE"}), "INVALID_ARGUMENT", "DEBUG, INFO, WARN, ERROR")
+        .await;
+    refused(
+        &api,
+        "updateLogger",
+        json!({"module_name": "a b", "log_level": "INFO"}),
+        "INVALID_ARGUMENT",
+        "module_name",
+    )
+    .await;
+}
+
+/// GenConfigSnapshot / LoadConfigSnapshot: the registry's configuration (no credentials) out of
+/// one namespace and into another; loading is idempotent, and refused whole — nothing written —
+/// when anything differs from what exists or is invalid.
+#[tokio::test]
+async fn a_config_snapshot_recreates_the_registry_elsewhere_and_loads_are_all_or_nothing() {
+    let api = Api::start();
+    let root = |n: &str| {
+        let d = repo_root().join(".kvcm/test-data").join(unique(n));
+        std::fs::create_dir_all(&d).unwrap();
+        d.to_str().unwrap().to_string()
+    };
+    let (r1, r2) = (root("snap-a"), root("snap-b"));
+    assert_ok(
+        &api.admin("addStorage", json!({"storage": {"global_unique_name": "s1", "nfs": {"root_path": r1}}})).await,
+    );
+    assert_ok(
+        &api.admin("addStorage", json!({"storage": {"global_unique_name": "s2", "nfs": {"root_path": r2}}})).await,
+    );
+    assert_ok(&api.admin("disableStorage", json!({"storage_unique_name": "s2"})).await);
+    let group = json!({"instance_group": {"name": "g", "storage_candidates": ["s1", "s2"], "version": 3,
+                       "quota": {"capacity": 1000000}}});
+    assert_ok(&api.admin("createInstanceGroup", group).await);
+    assert_ok(&api.admin("registerInstance", registration("g", "i1")).await);
+
+    let (_, snap) = api.admin("genConfigSnapshot", json!({})).await;
+    assert_eq!(code(&snap), "OK", "{snap}");
+    let doc = snap["config_snapshot"].as_str().unwrap().to_string();
+    let parsed: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(parsed["kvcm_config_snapshot"], 1);
+    assert_eq!(parsed["storages"].as_array().map(Vec::len), Some(2), "{doc}");
+    assert_eq!(parsed["instances"][0]["instance_id"], "i1", "{doc}");
+    assert!(parsed.get("accounts").is_none() && parsed.get("api_keys").is_none(), "credentials are not configuration");
+
+    // Into an empty namespace: the same storages (s2 still disabled), group and instance.
+    let other = Api::start();
+    assert_ok(&other.admin("loadConfigSnapshot", json!({"config_snapshot": doc})).await);
+    for rpc in ["listStorage", "listInstanceGroup"] {
+        let (_, a) = api.admin(rpc, json!({})).await;
+        let (_, b) = other.admin(rpc, json!({})).await;
+        let strip = |mut v: Value| {
+            v["header"] = Value::Null;
+            v
+        };
+        assert_eq!(strip(a), strip(b), "{rpc}");
+    }
+    let (_, info) = other.admin("getInstanceInfo", json!({"instance_id": "i1"})).await;
+    assert_eq!(info["instance_info"]["instance_group_name"], "g", "{info}");
+    // Again: nothing to create, nothing changes.
+    let before = dump_namespace(&other.namespace).await;
+    assert_ok(&other.admin("loadConfigSnapshot", json!({"config_snapshot": doc})).await);
+    assert_eq!(dump_namespace(&other.namespace).await, before, "an identical load changed the registry");
+
+    // Anything that differs refuses the whole load, naming it, with nothing written.
+    let mut changed = parsed.clone();
+    changed["storages"][0]["nfs"]["root_path"] = json!(root("snap-c"));
+    changed["instance_groups"][0]["name"] = json!("g2");
+    changed["instances"][0]["instance_group_name"] = json!("g2");
+    changed["instances"][0]["instance_id"] = json!("i2");
+    let r = other.admin("loadConfigSnapshot", json!({"config_snapshot": changed.to_string()})).await;
+    assert_err(&r, "INVALID_ARGUMENT", "exists with another configuration");
+    assert_eq!(dump_namespace(&other.namespace).await, before, "a refused load wrote something");
+    for bad in
+        [json!("{"), json!({"kvcm_config_snapshot": 2}).to_string().into(), json!({"storages": 1}).to_string().into()]
+    {
+        let r = other.admin("loadConfigSnapshot", json!({"config_snapshot": bad})).await;
+        assert_err(&r, "INVALID_ARGUMENT", "config_snapshot");
+    }
+    assert_eq!(dump_namespace(&other.namespace).await, before);
+}

@@ -243,6 +243,11 @@ async fn a_hung_unlink_holds_its_keys_and_loses_nothing() {
     let timed_out =
         eventually(Duration::from_secs(15), || async { (worker.metric(timeouts).await >= 2.0).then_some(()) }).await;
     assert!(timed_out.is_some(), "no deletion timed out on the hung unlink");
+    // A timed-out deletion is remembered as such: its key stays held (the unlink may still land).
+    let fail = instance_key(s.namespace(), &s.fx.instance, "del_fail");
+    let mut c = valkey().await;
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(&fail).query_async(&mut c).await.unwrap();
+    assert!(fields.iter().any(|f| f.ends_with(":hung")), "no deletion marked as hung: {fields:?}");
     run_for(2).await;
     // The mount recovers: the blocked unlink returns (and deletes), the root takes operations
     // again, the retried deletions complete.

@@ -349,3 +349,44 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
         assert!(text.contains(&format!("{name}:")) && text.contains(needle), "{}: {text}", script.file);
     }
 }
+
+/// Outcomes that are the frontend's business, not the client's: a start whose session id is
+/// another request's answers its own code (the frontend draws another id), and a trim resent
+/// after it went through (its trash key, random per call, exists) answers OK without trimming
+/// the blocks written since.
+#[tokio::test]
+async fn a_taken_session_id_and_a_resent_trim_are_outcomes_of_their_own() {
+    use kvcm_core::scripts;
+    let t = unique("own");
+    let k = |name: &str| format!("{{{t}}}:{name}");
+    let mut c = valkey().await;
+    let start = |session: &'static str, key: i64| {
+        let mut inv = scripts::START_WRITE_CACHE.script().prepare_invoke();
+        for name in ["blocks", session, "sessions", "seq", "files"] {
+            inv.key(k(name));
+        }
+        inv.arg(session).arg("60").arg("1").arg("1").arg(&b""[..]).arg("8").arg(&key.to_be_bytes()[..]);
+        inv
+    };
+    let first: Vec<redis::Value> = start("s1", 7).invoke_async(&mut c).await.unwrap();
+    assert_eq!(first[0], redis::Value::Int(1));
+    let again: Vec<redis::Value> = start("s1", 8).invoke_async(&mut c).await.unwrap();
+    assert_eq!(again[0], redis::Value::Int(scripts::SESSION_ID_TAKEN), "another request's session id");
+
+    let trim = || {
+        let mut inv = scripts::TRIM_ALL_CACHE.script().prepare_invoke();
+        for name in ["tblocks", "trash-1", "usage", "lru", "lfu", "itouch", "del"] {
+            inv.key(k(name));
+        }
+        inv
+    };
+    let _: () =
+        redis::cmd("HSET").arg(k("tblocks")).arg("a").arg("x").arg("b").arg("y").query_async(&mut c).await.unwrap();
+    let (code, n): (i64, i64) = trim().invoke_async(&mut c).await.unwrap();
+    assert_eq!((code, n), (1, 2));
+    let _: () = redis::cmd("HSET").arg(k("tblocks")).arg("c").arg("z").query_async(&mut c).await.unwrap();
+    let (code, n): (i64, i64) = trim().invoke_async(&mut c).await.unwrap();
+    assert_eq!((code, n), (1, 2), "the resend answers the first run");
+    let left: i64 = redis::cmd("HLEN").arg(k("tblocks")).query_async(&mut c).await.unwrap();
+    assert_eq!(left, 1, "the block written since is not trimmed by the resend");
+}

@@ -292,10 +292,6 @@ async fn a_deletion_that_keeps_failing_moves_to_the_dead_letter_stream() {
     let text = format!("{entries:?}");
     assert!(text.contains("cannot delete"), "{text}");
     assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del")).await, 0);
-    // The storage cannot be removed while the dead letter's file is on it: nothing would ever
-    // delete that file (nothing else is pending on it).
-    let r = fx.api.admin("removeStorage", json!({"storage_unique_name": "files"})).await;
-    assert_err(&r, "INVALID_ARGUMENT", "1 dead letter(s)");
     // The key is not held by the deletion it gave up on: it can be written and read again
     // (it used to stay in state X for good: reported present to writers, a miss to readers).
     let blocks = instance_key(&fx.api.namespace, &fx.instance, "blocks");
@@ -835,11 +831,23 @@ async fn a_stragglers_files_on_a_removed_storage_are_still_deleted() {
     assert_eq!(removed.global_unique_name, "files");
     assert_eq!(registry.removed_storage(2).await.unwrap(), None, "'other' was never removed");
 
-    // The straggler's blocks are removed: the worker deletes their files on the removed storage.
-    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1, 2]})).await);
-    let _w = WorkerProc::start(&fx.api.namespace, &[]);
+    // A straggler's block is removed: the worker deletes its file on the removed storage.
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [1]})).await);
+    let w = WorkerProc::start(&fx.api.namespace, &[]);
     let del = instance_key(&fx.api.namespace, &fx.instance, "del");
-    wait_until("the deletions complete", 15, || async { int("XLEN", &del).await == 0 }).await;
-    assert!(paths.iter().all(|p| !p.exists()), "a file on the removed storage was left behind");
+    wait_until("the deletion completes", 15, || async { int("XLEN", &del).await == 0 }).await;
+    assert!(!paths[0].exists(), "a file on the removed storage was left behind");
     assert_eq!(int("XLEN", &instance_key(&fx.api.namespace, &fx.instance, "del_dead")).await, 0, "no dead letter");
+
+    // The directory is taken again by a new storage: what is there now is its files, and a late
+    // deletion of the removed storage must not unlink them.
+    let root = removed.nfs.as_ref().unwrap().root_path.clone();
+    let again = json!({"storage": {"global_unique_name": "again", "nfs": {"root_path": root}}});
+    assert_ok(&fx.api.admin("addStorage", again).await);
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [2]})).await);
+    wait_until("the deletion is refused", 15, || async {
+        w.metric("kvcm_worker_deletion_failures_total{kind=\"error\"}").await >= 1.0
+    })
+    .await;
+    assert!(paths[1].exists(), "a late deletion unlinked a file under a live storage's root");
 }

@@ -2,8 +2,10 @@
 //! `POST /api/injectFault`, `/api/removeFault`, `/api/clearFaults` with the frontends' JSON
 //! (Tair's `DebugService` messages). A worker has no RPC of its own to fault; the points that
 //! matter here are its storage operations (`StorageUnlink`, `StorageProbe`: the deleter's
-//! unlink and the health probe, [`kvcm_core::faults`]). With `debug_faults = false` each answers
-//! `UNSUPPORTED`.
+//! unlink and the health probe, [`kvcm_core::faults`]). The metrics listener has no
+//! authentication, so the service is served only when the worker binds a loopback address
+//! (`bind = "127.0.0.1"`, as tests do); otherwise, or with `debug_faults = false`, each answers
+//! `UNSUPPORTED` (and a worker started with `debug_faults` on another address says why in its log).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -15,7 +17,21 @@ use kvcm_core::wire::StatusCode;
 use kvcm_core::wire::debug::{InjectFaultRequest, RemoveFaultRequest};
 use serde_json::json;
 
-/// The three routes; `enabled` is the worker's `debug_faults`.
+/// Whether this worker serves the debug service: `debug_faults` and a loopback `bind`.
+pub fn enabled(config: &kvcm_core::config::Config) -> bool {
+    if !config.debug_faults {
+        return false;
+    }
+    let loopback = config.bind == "localhost" || config.bind.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+    if !loopback {
+        tracing::error!(bind = %config.bind,
+            "debug_faults is on but the worker's metrics listener is not on a loopback address: \
+             its debug service (unauthenticated) stays off");
+    }
+    loopback
+}
+
+/// The three routes; `enabled` from [`enabled`].
 pub fn router(enabled: bool) -> Router {
     Router::new()
         .route("/api/injectFault", post(inject))
@@ -37,7 +53,7 @@ fn parse<T: serde::de::DeserializeOwned>(enabled: bool, body: &Bytes) -> Result<
     if !enabled {
         return Err(Error::status(
             StatusCode::UNSUPPORTED,
-            "fault injection is off on this worker: set debug_faults = true (tests only)",
+            "fault injection is off on this worker: set debug_faults = true and bind a loopback address (tests only)",
         ));
     }
     serde_json::from_slice(body).map_err(|e| Error::invalid(format!("request body: {e}")))

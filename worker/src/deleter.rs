@@ -17,6 +17,7 @@
 use crate::Worker;
 use kvcm_core::backend::Backend;
 use kvcm_core::keys::InstanceKeys;
+use kvcm_core::registry::validate::root_overlap;
 use kvcm_core::store::maintenance::DeadLettered;
 use kvcm_core::store::record::decode_location;
 use redis::streams::{StreamId, StreamReadReply};
@@ -203,6 +204,15 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
     let cfg = match kvcm_core::store::storage_of(&snap, loc.storage) {
         Some(cfg) => cfg,
         None => match w.registry.removed_storage(loc.storage).await {
+            // A live storage now using the same directories (re-added at the same root) owns
+            // the files there: a late deletion of the removed one must not unlink them. Checked
+            // against the registry as it is now, not this worker's copy (a rare path).
+            Ok(Some(cfg)) if let Some(live) = live_overlap(w, &cfg).await => {
+                return Outcome::Failed(format!(
+                    "storage id {} was removed and its root now belongs to storage '{live}'; not deleting there",
+                    loc.storage
+                ));
+            }
             Ok(Some(cfg)) => {
                 removed = cfg;
                 &removed
@@ -260,6 +270,15 @@ async fn handle(w: &Worker, instance: &str, keys: &InstanceKeys, entry: &StreamI
             Outcome::Done
         }
         Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// The live storage whose root overlaps a removed storage's `cfg`, read from a fresh registry
+/// (an error reading it counts as an overlap: nothing is deleted on a doubt).
+async fn live_overlap(w: &Worker, cfg: &kvcm_core::wire::admin::StorageConfig) -> Option<String> {
+    match w.registry.reload().await {
+        Ok(snap) => root_overlap(cfg, snap.storages.values()).map(|(live, _)| live.global_unique_name.clone()),
+        Err(e) => Some(format!("(unknown: the registry could not be read: {e})")),
     }
 }
 

@@ -31,10 +31,17 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         let result = backend.probe(&w.id, timeout).await;
         let healthy = result.is_ok();
         w.metrics.storage_healthy.with_label_values(&[name]).set(healthy as i64);
-        if healthy && let Ok(Some(c)) = backend.capacity(timeout).await {
-            let bytes = &w.metrics.storage_bytes;
-            bytes.with_label_values(&[name.as_str(), "total"]).set(c.total_bytes.min(i64::MAX as u64) as i64);
-            bytes.with_label_values(&[name.as_str(), "free"]).set(c.free_bytes.min(i64::MAX as u64) as i64);
+        let bytes = &w.metrics.storage_bytes;
+        match if healthy { backend.capacity(timeout).await } else { Ok(None) } {
+            Ok(Some(c)) => {
+                bytes.with_label_values(&[name.as_str(), "total"]).set(c.total_bytes.min(i64::MAX as u64) as i64);
+                bytes.with_label_values(&[name.as_str(), "free"]).set(c.free_bytes.min(i64::MAX as u64) as i64);
+            }
+            // Not known now: no stale figure stays published.
+            _ => {
+                let _ = bytes.remove_label_values(&[name.as_str(), "total"]);
+                let _ = bytes.remove_label_values(&[name.as_str(), "free"]);
+            }
         }
         // A verdict counts for three probe intervals: a stopped worker's soon stops counting.
         let fresh_ms = w.config.worker.health_interval_ms.saturating_mul(3);

@@ -152,7 +152,7 @@ impl Server {
         jobs.push(spawn_loop("reclaimer", rx.clone(), cfg.reclaim_interval_ms, w.clone(), |w| {
             Box::pin(async move { reclaimer::run_once(&w).await })
         }));
-        let app = metrics::router(w.metrics.clone()).merge(debug::router(w.config.debug_faults));
+        let app = metrics::router(w.metrics.clone()).merge(debug::router(debug::enabled(&w.config)));
         let mut stop = rx.clone();
         let http = tokio::spawn(
             axum::serve(self.listener, app)

@@ -74,3 +74,52 @@ pub async fn get_leader_elector_config(WireJson(_): WireJson<TraceOnly>) -> Repl
 pub async fn update_leader_elector_config(WireJson(_): WireJson<UpdateLeaderElectorConfigRequest>) -> Reply<Empty> {
     Reply(Err(no_leader()))
 }
+
+/// Tair's UpdateLogger: replaces this frontend's log filter (each frontend its own: there is no
+/// leader to forward it). `log_level` one of Tair's `DEBUG`, `INFO`, `WARN`, `ERROR` (any case);
+/// `module_name` empty for the whole process, else a `tracing` target (`kvcm_core::store`) whose
+/// level changes over the configured `log_level`.
+pub async fn update_logger(State(s): State<AppState>, WireJson(req): WireJson<UpdateLoggerRequest>) -> Reply<Empty> {
+    let level = req.log_level.to_ascii_lowercase();
+    if !matches!(level.as_str(), "debug" | "info" | "warn" | "error") {
+        return Reply(Err(Error::invalid(format!(
+            "log_level must be one of DEBUG, INFO, WARN, ERROR, got '{}'",
+            req.log_level.chars().take(32).collect::<String>()
+        ))));
+    }
+    let module = &req.module_name;
+    if module.len() > 128 || !module.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+        return Reply(Err(Error::invalid(
+            "module_name must be empty or a tracing target such as kvcm_core::store (letters, digits, _ and ::)",
+        )));
+    }
+    let directives = if module.is_empty() { level.clone() } else { format!("{},{module}={level}", s.config.log_level) };
+    Reply(match kvcm_core::telemetry::set_filter(&directives) {
+        Ok(()) => {
+            tracing::info!(filter = %directives, "log filter replaced (updateLogger)");
+            tracing::debug!("debug logging is on");
+            Ok(Empty {})
+        }
+        Err(e) => Err(Error::internal(e)),
+    })
+}
+
+/// Tair's GenConfigSnapshot (`kvcm_core::registry::config_snapshot` has the format).
+pub async fn gen_config_snapshot(
+    State(s): State<AppState>,
+    WireJson(_): WireJson<TraceOnly>,
+) -> Reply<ConfigSnapShotResponse> {
+    Reply(s.registry.gen_config_snapshot().await.map(|config_snapshot| ConfigSnapShotResponse { config_snapshot }))
+}
+
+/// Tair's LoadConfigSnapshot: creates what is missing, leaves what is identical, refuses the
+/// whole load (nothing written) when anything differs or is invalid.
+pub async fn load_config_snapshot(
+    State(s): State<AppState>,
+    WireJson(req): WireJson<LoadConfigSnapshotRequest>,
+) -> Reply<Empty> {
+    Reply(s.registry.load_config_snapshot(&req.config_snapshot).await.map(|loaded| {
+        tracing::info!(created = loaded.created, unchanged = loaded.unchanged, "config snapshot loaded");
+        Empty {}
+    }))
+}

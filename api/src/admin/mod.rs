@@ -57,6 +57,16 @@ pub fn rpcs() -> Rpcs {
         )
         .rpc("addAccount", account::add, "Add an account (admin or user)")
         .rpc("deleteAccount", account::delete, "Delete an account")
+        .rpc(
+            "genConfigSnapshot",
+            cluster::gen_config_snapshot,
+            "The registry's configuration (storages, instance groups, instances; no credentials) as one JSON document",
+        )
+        .rpc(
+            "loadConfigSnapshot",
+            cluster::load_config_snapshot,
+            "Create what a config snapshot has and the registry lacks; refused whole, nothing written, if anything differs",
+        )
         .rpc("listAccount", account::list, "Every account (names, roles and instance-group scopes)")
         .rpc("createApiKey", account::create_api_key, "kvcm: create an API key; its token is shown once")
         .rpc("listApiKeys", account::list_api_keys, "kvcm: every API key (never its token)")
@@ -71,6 +81,11 @@ pub fn rpcs() -> Rpcs {
         .rpc("leaderDemote", cluster::leader_demote, "UNSUPPORTED: kvcm has no leader")
         .rpc("getLeaderElectorConfig", cluster::get_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
         .rpc("updateLeaderElectorConfig", cluster::update_leader_elector_config, "UNSUPPORTED: kvcm has no leader")
+        .rpc(
+            "updateLogger",
+            cluster::update_logger,
+            "This frontend's log level (DEBUG, INFO, WARN, ERROR), of one module when module_name is set",
+        )
         .rpc(
             "injectFault",
             crate::faults::inject,

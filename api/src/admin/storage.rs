@@ -73,12 +73,11 @@ pub async fn remove(State(s): State<AppState>, WireJson(req): WireJson<StorageNa
                         )));
                     }
                     if p.dead_letters > 0 {
-                        return Err(Error::invalid(format!(
-                            "storage '{name}' still has {} dead letter(s) of instance '{instance}'{removed}: \
-                             deletions the workers gave up on, whose files would stay on disk with no owner; fix \
-                             the storage and re-drive them (listDeadLetters, redriveDeadLetters), then remove it",
-                            p.dead_letters
-                        )));
+                        // Not a reason to refuse: a storage gone for good could never be removed.
+                        // They stay listed and can be re-driven after the removal (the deleter
+                        // keeps the removed storage's configuration).
+                        tracing::warn!(storage = %name, %instance, dead_letters = p.dead_letters,
+                            "removing a storage with dead letters on it: their files stay until re-driven");
                     }
                 }
             }

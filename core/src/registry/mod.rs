@@ -22,6 +22,7 @@
 //! snapshot keeps serving reads of known instances.
 
 mod accounts;
+pub mod config_snapshot;
 pub mod tair_format;
 pub mod validate;
 

@@ -275,36 +275,45 @@ pub fn storage_placement(cfg: &StorageConfig) -> String {
 /// `/a/b/`; `/a/` and `/ab/` are disjoint). Pure string comparison: two different strings that
 /// reach one directory through a symbolic link or a bind mount are not detected.
 pub fn roots_disjoint<'a>(new: &StorageConfig, existing: impl IntoIterator<Item = &'a StorageConfig>) -> Result<()> {
+    let others = existing.into_iter().filter(|o| o.global_unique_name != new.global_unique_name);
+    match root_overlap(new, others) {
+        None => Ok(()),
+        Some((other, relation)) => Err(Error::invalid(format!(
+            "storage '{}' root {} {relation} the root {} of storage '{}'; \
+             the roots of file-like storages must not nest or coincide (an instance of one storage \
+             would own the other's files): choose a separate directory",
+            new.global_unique_name,
+            Backend::of(new).root().unwrap_or_default(),
+            Backend::of(other).root().unwrap_or_default(),
+            other.global_unique_name
+        ))),
+    }
+}
+
+/// The first of `others` (whatever its name) whose root nests in, contains or is `cfg`'s root,
+/// and how (`"is the same directory as"`, `"lies inside"`, `"contains"`), compared as
+/// [`roots_disjoint`] does; `None` when `cfg` has no root or overlaps none.
+pub fn root_overlap<'a>(
+    cfg: &StorageConfig,
+    others: impl IntoIterator<Item = &'a StorageConfig>,
+) -> Option<(&'a StorageConfig, &'static str)> {
     fn segments(root: &str) -> Vec<&str> {
         root.split('/').filter(|s| !s.is_empty() && *s != ".").collect()
     }
-    let new_backend = Backend::of(new);
-    let Some(new_root) = new_backend.root() else { return Ok(()) };
-    let new_segments = segments(new_root);
-    for other in existing {
-        if other.global_unique_name == new.global_unique_name {
-            continue;
-        }
+    let backend = Backend::of(cfg);
+    let own = segments(backend.root()?);
+    others.into_iter().find_map(|other| {
         let other_backend = Backend::of(other);
-        let Some(other_root) = other_backend.root() else { continue };
-        let other_segments = segments(other_root);
-        let common = new_segments.len().min(other_segments.len());
-        if new_segments[..common] != other_segments[..common] {
-            continue;
-        }
-        let relation = match new_segments.len().cmp(&other_segments.len()) {
+        let theirs = segments(other_backend.root()?);
+        let common = own.len().min(theirs.len());
+        (own[..common] == theirs[..common]).then_some(())?;
+        let relation = match own.len().cmp(&theirs.len()) {
             std::cmp::Ordering::Equal => "is the same directory as",
             std::cmp::Ordering::Greater => "lies inside",
             std::cmp::Ordering::Less => "contains",
         };
-        return Err(Error::invalid(format!(
-            "storage '{}' root {new_root} {relation} the root {other_root} of storage '{}'; \
-             the roots of file-like storages must not nest or coincide (an instance of one storage \
-             would own the other's files): choose a separate directory",
-            new.global_unique_name, other.global_unique_name
-        )));
-    }
-    Ok(())
+        Some((other, relation))
+    })
 }
 
 /// Validates an instance group (create and update), and returns its JSON as stored.

@@ -126,6 +126,20 @@ impl DataPlane {
     /// Runs a data-plane script whose reply starts with a status code; returns the rest. With
     /// `replica_ack`, the reply comes once replicas acknowledged the script's writes.
     async fn run(&self, script: &LuaScript, keys: &[&str], args: &[&[u8]]) -> Result<Vec<redis::Value>> {
+        match self.run_outcome(script, keys, args).await? {
+            Ok(reply) => Ok(reply),
+            Err(other) => Err(crate::scripts::reply_error(other)),
+        }
+    }
+
+    /// [`Self::run`] for bindings that handle a code of their own (below 0, `scripts`):
+    /// `Ok(Err((code, message)))` for any reply but OK.
+    async fn run_outcome(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<std::result::Result<Vec<redis::Value>, (i64, String)>> {
         let mut reply: Vec<redis::Value> = match &self.replica_ack {
             Some(ack) => ack.run(script, keys, args).await?,
             None => {
@@ -144,10 +158,10 @@ impl DataPlane {
         }
         let code: i64 = redis::from_redis_value(reply.remove(0))?;
         if code == 1 {
-            return Ok(reply);
+            return Ok(Ok(reply));
         }
         let message: String = reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
-        crate::scripts::status_reply((code, message)).map(|_| Vec::new())
+        Ok(Err((code, message)))
     }
 }
 

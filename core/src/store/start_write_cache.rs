@@ -152,29 +152,39 @@ impl DataPlane {
             }
             other => other?,
         };
-        let session_id = format!("{:016x}", fastrand::u64(..));
         let keys = self.keys(&inst.instance_id);
-        let session_key = keys.session(&session_id);
         let sizes_arg = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
         let (timeout_arg, storage_arg, per_file_arg) =
             (timeout.to_string(), storage_id.to_string(), Backend::of(cfg).key_count_per_file().to_string());
         let fields: Vec<[u8; 8]> = blocks.iter().map(|b| block_field(*b)).collect();
-        let mut args: Vec<&[u8]> = vec![
-            session_id.as_bytes(),
-            timeout_arg.as_bytes(),
-            storage_arg.as_bytes(),
-            per_file_arg.as_bytes(),
-            &groups,
-            sizes_arg.as_bytes(),
-        ];
-        args.extend(fields.iter().map(|f| &f[..]));
-        let reply = self
-            .run(
-                &scripts::START_WRITE_CACHE,
-                &[&keys.blocks, &session_key, &keys.sessions, &keys.seq, &keys.files],
-                &args,
-            )
-            .await?;
+        // A session id another request holds (1 in 2^64) is drawn again.
+        let mut attempts = 0;
+        let (session_id, reply) = loop {
+            let session_id = format!("{:016x}", fastrand::u64(..));
+            let session_key = keys.session(&session_id);
+            let mut args: Vec<&[u8]> = vec![
+                session_id.as_bytes(),
+                timeout_arg.as_bytes(),
+                storage_arg.as_bytes(),
+                per_file_arg.as_bytes(),
+                &groups,
+                sizes_arg.as_bytes(),
+            ];
+            args.extend(fields.iter().map(|f| &f[..]));
+            let outcome = self
+                .run_outcome(
+                    &scripts::START_WRITE_CACHE,
+                    &[&keys.blocks, &session_key, &keys.sessions, &keys.seq, &keys.files],
+                    &args,
+                )
+                .await?;
+            attempts += 1;
+            match outcome {
+                Ok(reply) => break (session_id, reply),
+                Err((scripts::SESSION_ID_TAKEN, _)) if attempts < 3 => continue,
+                Err(other) => return Err(scripts::reply_error(other)),
+            }
+        };
         let mut it = reply.into_iter();
         let present: Vec<u8> = it.next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         let flags: Vec<bool> = present.iter().map(|c| *c == b'1').collect();

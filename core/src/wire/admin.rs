@@ -379,6 +379,26 @@ pub struct UpdateLeaderElectorConfigRequest {
     pub campaign_delay_time_ms: i64,
 }
 
+/// Tair's `UpdateLoggerRequest`: the log level of this process (`DEBUG`, `INFO`, `WARN`,
+/// `ERROR`), of one module (a `tracing` target such as `kvcm_core::store`) when `module_name` is
+/// set — Tair reserves the field; kvcm honours it.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct UpdateLoggerRequest {
+    pub trace_id: String,
+    pub module_name: String,
+    pub log_level: String,
+}
+
+/// Tair's `LoadConfigSnapshotRequest`: a document `GenConfigSnapshot` made
+/// (`kvcm_core::registry::config_snapshot`).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct LoadConfigSnapshotRequest {
+    pub trace_id: String,
+    pub config_snapshot: String,
+}
+
 // ---- responses (header added by the API layer) ----
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
@@ -395,6 +415,13 @@ pub struct GetInstanceGroupResponse {
     /// exist (yet). They are skipped when choosing where to write and used once added.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_storage_candidates: Vec<String>,
+}
+
+/// Tair's `ConfigSnapShotResponse`: the registry's configuration as one JSON document.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct ConfigSnapShotResponse {
+    pub config_snapshot: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]

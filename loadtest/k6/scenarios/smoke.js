@@ -192,6 +192,13 @@ function cluster() {
   call('admin', 'clearFaults', {}, { code: 'UNSUPPORTED' });
   call('admin', 'getLeaderElectorConfig', {}, { code: 'UNSUPPORTED' });
   call('admin', 'updateLeaderElectorConfig', { campaign_delay_time_ms: 1000 }, { code: 'UNSUPPORTED' });
+  // The level this frontend already logs at: the smoke test changes nothing.
+  call('admin', 'updateLogger', { log_level: 'INFO' });
+  call('admin', 'updateLogger', { log_level: 'LOUD' }, { code: 'INVALID_ARGUMENT' });
+  const snapshot = call('admin', 'genConfigSnapshot', {}).reply;
+  check(snapshot, { 'genConfigSnapshot: a kvcm config snapshot': (r) => JSON.parse(r.config_snapshot).kvcm_config_snapshot === 1 });
+  // Loading what is there creates nothing and changes nothing.
+  call('admin', 'loadConfigSnapshot', { config_snapshot: snapshot.config_snapshot });
 }
 
 function plainHttp() {
