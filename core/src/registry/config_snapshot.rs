@@ -63,7 +63,6 @@ fn registration(info: &InstanceInfo) -> RegisterInstanceRequest {
         location_spec_infos: info.location_spec_infos.clone(),
         model_deployment: Some(info.model_deployment.clone()),
         location_spec_groups: info.location_spec_groups.clone(),
-        ..Default::default()
     }
 }
 
