@@ -38,7 +38,7 @@ install_list() {
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
-install_list "$KVCM_HOME/tools/python" "$KVCM_ROOT/infra/requirements-test.txt" "schemathesis, redis, openapi_spec_validator, hcl2, yamllint" cargo-lambda k6
+install_list "$KVCM_HOME/tools/python" "$KVCM_ROOT/infra/requirements-test.txt" "schemathesis, redis, openapi_spec_validator, hcl2, yamllint, zmq, msgspec" cargo-lambda k6
 install_list "$KVCM_HOME/tools/checkov" "$KVCM_ROOT/infra/requirements-checkov.txt" "checkov"
 
 COMPOSE_DIR="$KVCM_HOME/tools/compose"

@@ -76,7 +76,7 @@ pub fn bin_path(name: &str) -> PathBuf {
 /// stderr in a log file; returns the child, its first stdout line (the address line every kvcm
 /// binary prints once serving; empty if it exits first) and the log path.
 fn spawn_kvcm(bin: &str, namespace: &str, defaults: &[(&str, &str)], env: &[(&str, &str)]) -> (Child, String, PathBuf) {
-    spawn_kvcm_at(&bin_path(bin), namespace, defaults, env)
+    spawn_kvcm_at(&bin_path(bin), namespace, defaults, env, &[])
 }
 
 /// [`spawn_kvcm`] of the binary at `path` (e.g. a release build).
@@ -85,12 +85,14 @@ fn spawn_kvcm_at(
     namespace: &str,
     defaults: &[(&str, &str)],
     env: &[(&str, &str)],
+    args: &[&str],
 ) -> (Child, String, PathBuf) {
     let bin = path.file_name().expect("a binary").to_string_lossy();
     let logs = repo_root().join(".kvcm/test-logs");
     std::fs::create_dir_all(&logs).unwrap();
     let log = logs.join(format!("{namespace}-{bin}-{:04x}.log", fastrand::u16(..)));
     let mut cmd = Command::new(path);
+    cmd.args(args);
     cmd.env("KVCM_VALKEY_URL", valkey_url())
         .env("KVCM_NAMESPACE", namespace)
         .env("KVCM_LOG_LEVEL", "info,kvcm=debug")
@@ -324,6 +326,22 @@ impl WorkerProc {
         match Self::try_start(namespace, env) {
             Ok(w) => w,
             Err(f) => panic!("kvcm-worker did not start ({:?}):\n{}", f.code, f.stderr),
+        }
+    }
+
+    /// Starts `kvcm-worker events <args>` (one engine event subscription) in `namespace`.
+    pub fn start_events(namespace: &str, env: &[(&str, &str)], args: &[&str]) -> WorkerProc {
+        let mut all = vec!["events"];
+        all.extend(args);
+        let (mut child, line, log) =
+            spawn_kvcm_at(&bin_path("kvcm-worker"), namespace, &[("KVCM_WORKER__METRICS_PORT", "0")], env, &all);
+        match field(&line, "metrics") {
+            Some(metrics) => WorkerProc { child, metrics, id: String::new(), log },
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("kvcm-worker events did not start:\n{}", std::fs::read_to_string(&log).unwrap_or_default())
+            }
         }
     }
 
@@ -1181,7 +1199,7 @@ impl LambdaFunction {
             ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024"),
             ("KVCM_LAMBDA_PLANE", plane),
         ];
-        let (mut function, line, log) = spawn_kvcm_at(binary, namespace, &lambda_env, env);
+        let (mut function, line, log) = spawn_kvcm_at(binary, namespace, &lambda_env, env, &[]);
         if field(&line, "lambda_plane").as_deref() != Some(plane) {
             let _ = function.kill();
             let status = function.wait().ok();

@@ -22,6 +22,7 @@ pub mod expirer;
 pub mod health;
 pub mod metrics;
 pub mod reclaimer;
+pub mod vllm_events;
 
 use anyhow::Context;
 use kvcm_core::config::Config;
@@ -152,15 +153,7 @@ impl Server {
         jobs.push(spawn_loop("reclaimer", rx.clone(), cfg.reclaim_interval_ms, w.clone(), |w| {
             Box::pin(async move { reclaimer::run_once(&w).await })
         }));
-        let app = metrics::router(w.metrics.clone()).merge(debug::router(debug::enabled(&w.config)));
-        let mut stop = rx.clone();
-        let http = tokio::spawn(
-            axum::serve(self.listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .into_future(),
-        );
+        let http = serve_metrics(self.listener, &w, rx.clone());
         shutdown.await;
         tracing::info!("kvcm-worker shutting down");
         let _ = tx.send(true);
@@ -170,6 +163,47 @@ impl Server {
         http.await??;
         Ok(())
     }
+
+    /// `kvcm-worker events`: runs one engine event subscription ([`vllm_events`]) and the
+    /// metrics listener, nothing else, until `shutdown` completes or the subscription fails.
+    pub async fn run_events(
+        self,
+        sub: vllm_events::Subscription,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let w = self.worker;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let http = serve_metrics(self.listener, &w, rx.clone());
+        let events = tokio::spawn(vllm_events::run(w.clone(), sub, rx));
+        tokio::pin!(events);
+        let result = tokio::select! {
+            () = shutdown => {
+                tracing::info!("kvcm-worker events shutting down");
+                let _ = tx.send(true);
+                events.await?
+            }
+            done = &mut events => done?,
+        };
+        let _ = tx.send(true);
+        http.await??;
+        result
+    }
+}
+
+/// Serves the metrics listener (and the debug service) until `stop` turns true.
+fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    w: &Worker,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let app = metrics::router(w.metrics.clone()).merge(debug::router(debug::enabled(&w.config)));
+    tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .into_future(),
+    )
 }
 
 type Step = fn(Worker) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;

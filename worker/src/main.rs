@@ -32,6 +32,10 @@ enum Command {
     /// differ from the serving blocks, deletions nothing will finish. Read-only; run it on a
     /// quiet system. Exit status 1 when a problem was found.
     Audit,
+    /// Ingest one vLLM engine's KV-cache events (ZMQ) and report them to kvcm as that engine's
+    /// hot tier (docs/events.md, "vLLM engines"): run one next to each engine. Serves the
+    /// metrics listener too; runs no other job.
+    Events(kvcm_worker::vllm_events::Subscription),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +61,11 @@ async fn run() -> anyhow::Result<()> {
         std::process::exit(if audit.clean() { 0 } else { 1 });
     }
     let shutdown = kvcm_core::shutdown::signal();
+    if let Some(Command::Events(sub)) = args.command {
+        let server = kvcm_worker::build(config).await.context("kvcm-worker events failed to start")?;
+        println!("kvcm-worker events {} metrics=http://{}", server.worker.id, server.metrics_addr);
+        return server.run_events(sub, shutdown).await;
+    }
     let server = kvcm_worker::build(config).await.context("kvcm-worker failed to start")?;
     println!("kvcm-worker {} metrics=http://{}", server.worker.id, server.metrics_addr);
     tracing::info!(id = %server.worker.id, metrics = %server.metrics_addr, "kvcm-worker running");

@@ -18,6 +18,7 @@ pub struct Metrics {
     pub deletions: IntCounterVec,
     pub dead_letters: IntCounter,
     pub deletion_failures: IntCounterVec,
+    pub engine_stream: IntCounterVec,
     pub dead_letters_refused: IntCounter,
     pub sessions_expired: IntCounter,
     pub engine_entries_dropped: IntCounter,
@@ -45,6 +46,11 @@ impl Metrics {
                 "kvcm_worker_deletions_total",
                 "Locations deleted, per storage and reason",
                 &["storage", "reason"],
+            ),
+            engine_stream: cv(
+                "kvcm_worker_engine_stream_total",
+                "kvcm-worker events: engine event stream happenings (batch applied, gap, replayed, restart, lifecycle started, connected, disconnected)",
+                &["what"],
             ),
             deletion_failures: cv(
                 "kvcm_worker_deletion_failures_total",
@@ -137,6 +143,7 @@ impl Metrics {
             Box::new(m.stream_length.clone()),
             Box::new(m.storage_healthy.clone()),
             Box::new(m.deletion_failures.clone()),
+            Box::new(m.engine_stream.clone()),
             Box::new(m.storage_bytes.clone()),
             Box::new(m.stream_pending.clone()),
             Box::new(m.dead_letter_entries.clone()),
