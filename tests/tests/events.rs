@@ -611,3 +611,63 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(hosts(api, inst, &[2000], &["cpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
     assert_eq!(hosts(api, inst, &[2000], &["gpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
 }
+
+/// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
+/// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
+/// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
+/// a host gone takes its blocks out of answers at once; getCacheLocationLen counts the same.
+#[tokio::test]
+async fn get_cache_location_answers_live_engine_held_blocks_by_tairs_visibility_rules() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    fx.write(&[1, 2]).await;
+    for (tier, host, held) in [("ST_EVENT_REPORT_L1P5", "A:1", vec![2, 3, 4]), ("ST_EVENT_REPORT_L2", "B:1", vec![4])] {
+        let mut events = vec![heartbeat()];
+        events.extend(held.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        let r = report(api, inst, tier, host, events).await;
+        assert_eq!(code(&r), "OK", "{r}");
+    }
+    // A reporter's first blocks show in reads within a second (a frontend looks for reporters
+    // at most once a second per instance).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let read = |query: &'static str, keys: Vec<i64>| async move {
+        let (_, r) =
+            api.meta("getCacheLocation", json!({"instance_id": inst, "query_type": query, "block_keys": keys})).await;
+        assert_eq!(code(&r), "OK", "{r}");
+        r["locations"].as_array().unwrap().clone()
+    };
+    let locs = read("QT_PREFIX_MATCH", vec![1, 2, 3, 4, 5]).await;
+    let types: Vec<&str> = locs.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ST_NFS", "ST_NFS", "ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2"], "{locs:?}");
+    let uri3 = locs[2]["location_specs"][0]["uri"].as_str().unwrap();
+    assert!(uri3.starts_with(&uri("A:1", 3)) && uri3.contains("s_version="), "{uri3}");
+    assert!(locs[3]["location_specs"][0]["uri"].as_str().unwrap().starts_with(&uri("B:1", 4)), "an L2 holder first");
+    let batch = read("QT_BATCH_GET", vec![5, 3]).await;
+    assert_eq!(batch[0]["type"], "ST_UNSPECIFIED", "a miss is a placeholder: {batch:?}");
+    assert_eq!(batch[1]["type"], "ST_EVENT_REPORT_L1P5");
+    let (_, len) = api
+        .meta(
+            "getCacheLocationLen",
+            json!({"instance_id": inst, "query_type": "QT_PREFIX_MATCH", "block_keys": [1, 2, 3, 4, 5]}),
+        )
+        .await;
+    assert_eq!(len["cache_location_len"], "4", "{len}");
+
+    // A host gone: its blocks leave the answers at once; the other's stay.
+    let r = report(
+        api,
+        inst,
+        "ST_EVENT_REPORT_L1P5",
+        "A:1",
+        vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})],
+    )
+    .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let locs = read("QT_PREFIX_MATCH", vec![1, 2, 3, 4]).await;
+    assert_eq!(locs.len(), 2, "the prefix stops where nobody holds block 3 any more: {locs:?}");
+    let batch = read("QT_BATCH_GET", vec![3, 4]).await;
+    assert_eq!(
+        (batch[0]["type"].as_str(), batch[1]["type"].as_str()),
+        (Some("ST_UNSPECIFIED"), Some("ST_EVENT_REPORT_L2"))
+    );
+}

@@ -81,6 +81,8 @@ pub enum Selection {
 trait Sink {
     /// Adds the location of `key`; `false` when its storage cannot express it.
     fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool;
+    /// Adds an engine-reported location (a block no storage holds, a live engine does).
+    fn engine(&mut self, loc: &CacheLocation);
     fn placeholder(&mut self);
     fn len(&self) -> usize;
     /// Whether the read refreshes the recency of its deepest hit (a read an engine will use does;
@@ -101,6 +103,9 @@ impl Sink for Counted {
         self.real += expressible as usize;
         expressible
     }
+    fn engine(&mut self, _: &CacheLocation) {
+        self.real += 1;
+    }
     fn placeholder(&mut self) {}
     fn len(&self) -> usize {
         self.real
@@ -119,6 +124,9 @@ struct Built<'a> {
 impl Sink for Built<'_> {
     fn real(&mut self, builder: &mut backend::LocationBuilder, key: i64, loc: &Location) -> bool {
         builder.build(key, loc).map(|l| self.out.push(l)).is_some()
+    }
+    fn engine(&mut self, loc: &CacheLocation) {
+        self.out.push(loc.clone());
     }
     fn placeholder(&mut self) {
         self.out.push(backend::placeholder(self.inst, self.filter));
@@ -171,6 +179,13 @@ impl Sink for Rendered<'_> {
         }
         self.added(start);
         true
+    }
+    fn engine(&mut self, loc: &CacheLocation) {
+        let start = self.out.len();
+        self.separator();
+        // Plain structs with string keys: serialising cannot fail.
+        let _ = serde_json::to_writer(&mut *self.out, loc);
+        self.added(start);
     }
     fn placeholder(&mut self) {
         let start = self.out.len();
@@ -305,12 +320,29 @@ impl DataPlane {
             views.push(view);
         }
         drop(records);
+        // Blocks no storage holds may be held by a live engine (reportEvent): read those only
+        // for an instance with reporters.
+        let mut engine: Vec<Option<CacheLocation>> = Vec::new();
+        let missing: Vec<usize> = (0..blocks.len()).filter(|&i| views[i].is_none()).collect();
+        if !missing.is_empty() && self.may_have_reporters(&inst.instance_id).await? {
+            let keys: Vec<i64> = missing.iter().map(|&i| blocks[i]).collect();
+            let found = self.engine_locations(&inst.instance_id, &keys, spec_filter, self.report_settings).await?;
+            engine = vec![None; blocks.len()];
+            for (&i, loc) in missing.iter().zip(found) {
+                hits[i] = loc.is_some();
+                engine[i] = loc;
+            }
+        }
         let selection = select(query, &hits, mask, sw_size)?;
         let lookup = |id: u16| storage_of(snap, id);
         let mut builder = backend::LocationBuilder::new(&lookup, inst, spec_filter);
-        let mut real = |sink: &mut dyn Sink, i: usize| match views[i] {
-            Some((loc, _)) => sink.real(&mut builder, blocks[i], &loc),
-            None => false,
+        let mut real = |sink: &mut dyn Sink, i: usize| match (views[i], engine.get(i)) {
+            (Some((loc, _)), _) => sink.real(&mut builder, blocks[i], &loc),
+            (None, Some(Some(loc))) => {
+                sink.engine(loc);
+                true
+            }
+            _ => false,
         };
         let deepest: Option<usize> = match &selection {
             Selection::Prefix(idx) => {
@@ -319,7 +351,7 @@ impl DataPlane {
                     if !real(sink, i) {
                         break;
                     }
-                    deepest = Some(i);
+                    deepest = views[i].is_some().then_some(i).or(deepest);
                 }
                 deepest
             }
@@ -329,7 +361,7 @@ impl DataPlane {
                         sink.placeholder();
                     }
                 }
-                (0..blocks.len()).rev().find(|&i| hits[i])
+                (0..blocks.len()).rev().find(|&i| views[i].is_some())
             }
             Selection::Window(s, e) => {
                 for i in 0..blocks.len() {
@@ -337,7 +369,7 @@ impl DataPlane {
                         sink.placeholder();
                     }
                 }
-                if e > s { Some(e - 1) } else { None }
+                (*s..*e).rev().find(|&i| views[i].is_some())
             }
         };
         let stats = MatchStats {
@@ -349,6 +381,8 @@ impl DataPlane {
                 Selection::Each => hits.iter().filter(|h| **h).count(),
             },
         };
+        // Recency is kvcm's own blocks' (an engine-held block is the engine's business): the
+        // deepest block a storage holds.
         if let Some(i) = deepest.filter(|_| sink.touches()) {
             let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
             self.touch(&inst.instance_id, blocks[i], leaf);

@@ -48,6 +48,11 @@ pub struct DataPlane {
     keys: Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<InstanceKeys>>>>,
     /// Set with `durability = "replica_ack"`: write scripts wait for replicas.
     replica_ack: Option<Arc<durability::ReplicaAck>>,
+    /// Liveness settings of engine reporters (what reads of engine-reported locations apply).
+    report_settings: report_event::ReportSettings,
+    /// Per instance: whether it had engine reporters when last looked (and when), so reads of
+    /// instances without any skip the engine lookup ([`DataPlane::may_have_reporters`]).
+    reporters_seen: Arc<std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps; past this the cache starts over (a
@@ -63,7 +68,40 @@ impl std::fmt::Debug for DataPlane {
 impl DataPlane {
     pub fn new(conn: ClusterConnection, namespace: &str, limits: Limits) -> DataPlane {
         let usage = Arc::new(usage::UsageCache::new(limits.usage_cache_ms));
-        DataPlane { conn, namespace: namespace.into(), limits, usage, keys: Default::default(), replica_ack: None }
+        DataPlane {
+            conn,
+            namespace: namespace.into(),
+            limits,
+            usage,
+            keys: Default::default(),
+            replica_ack: None,
+            report_settings: report_event::ReportSettings::default(),
+            reporters_seen: Default::default(),
+        }
+    }
+
+    /// This data plane with the engine reporters' liveness settings (config `event_report_*`).
+    pub fn with_report_settings(self, report_settings: report_event::ReportSettings) -> DataPlane {
+        DataPlane { report_settings, ..self }
+    }
+
+    /// Whether the instance may have engine reporters: looked up (`EXISTS`) at most once a
+    /// second per instance; a reporter's first blocks show in reads within that second.
+    pub(crate) async fn may_have_reporters(&self, instance_id: &str) -> Result<bool> {
+        const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+        if let Some((at, seen)) = self.reporters_seen.lock().unwrap_or_else(|e| e.into_inner()).get(instance_id)
+            && at.elapsed() < FRESH
+        {
+            return Ok(*seen);
+        }
+        let seen: bool =
+            redis::cmd("EXISTS").arg(&self.keys(instance_id).reporters).query_async(&mut self.conn()).await?;
+        let mut cache = self.reporters_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= KEYS_CACHED {
+            cache.clear();
+        }
+        cache.insert(instance_id.to_string(), (std::time::Instant::now(), seen));
+        Ok(seen)
     }
 
     /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).

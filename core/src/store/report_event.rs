@@ -30,7 +30,7 @@ pub const MAX_HOST_BYTES: usize = 255;
 /// Most specs of one reported block (stored with an 8-bit count).
 pub const MAX_SPECS: usize = 255;
 
-/// Liveness and snapshot settings (config keys `event_report_*`).
+/// Liveness and snapshot settings (config keys `event_report_*`; the defaults are theirs).
 #[derive(Debug, Clone, Copy)]
 pub struct ReportSettings {
     /// A reporter without a heartbeat this long is hidden from queries.
@@ -40,6 +40,12 @@ pub struct ReportSettings {
     pub cleanup_grace_ms: u64,
     /// Least time between two committed snapshots of one reporter.
     pub snapshot_min_interval_ms: u64,
+}
+
+impl Default for ReportSettings {
+    fn default() -> Self {
+        ReportSettings { heartbeat_timeout_ms: 30_000, cleanup_grace_ms: 300_000, snapshot_min_interval_ms: 30_000 }
+    }
 }
 
 /// What a ReportEvent did.
@@ -409,6 +415,8 @@ impl DataPlane {
 struct Reporter {
     host: String,
     l2: bool,
+    /// Its committed snapshot version (32 hex), empty before its first snapshot.
+    version: String,
     /// Live: active, heard from within the heartbeat timeout.
     live: bool,
     epoch: u32,
@@ -426,9 +434,12 @@ fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Repor
     let hb = f64::from_le_bytes(raw.get(9..17)?.try_into().ok()?);
     let generation = u32::from_le_bytes(raw.get(25..29)?.try_into().ok()?);
     let strict = *raw.get(29)? == b'1';
+    let tail = raw.get(30..).unwrap_or_default();
+    let version = tail.split(|b| *b == 0).next().and_then(|v| std::str::from_utf8(v).ok()).unwrap_or_default();
     Some(Reporter {
         host: host.to_string(),
         l2: tier == "L2",
+        version: version.to_string(),
         live: state == b'A' && now_ms - hb <= timeout_ms as f64,
         epoch,
         generation,
@@ -457,7 +468,135 @@ fn visible_records(
     }
 }
 
+/// The reporters of an instance by index, from its `reporters` hash (`HGETALL`) read at `now_ms`.
+fn reporters_by_index(
+    all: &[(Vec<u8>, Vec<u8>)],
+    now_ms: f64,
+    timeout_ms: u64,
+) -> std::collections::HashMap<u32, Reporter> {
+    let records: std::collections::HashMap<&[u8], &[u8]> =
+        all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+    let mut reporters = std::collections::HashMap::new();
+    for (field, id) in all {
+        let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(r) = records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, timeout_ms)) {
+            reporters.insert(idx, r);
+        }
+    }
+    reporters
+}
+
+/// Decodes a specs value (`count u8 | (name length u8 | name | uri length u16 LE | uri)*`).
+fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
+    let (&n, mut rest) = raw.split_first()?;
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let (&nl, r) = rest.split_first()?;
+        let name = std::str::from_utf8(r.get(..nl as usize)?).ok()?.to_string();
+        let r = &r[nl as usize..];
+        let ul = u16::from_le_bytes(r.get(..2)?.try_into().ok()?) as usize;
+        let uri = std::str::from_utf8(r.get(2..2 + ul)?).ok()?.to_string();
+        rest = &r[2 + ul..];
+        out.push((name, uri));
+    }
+    Some(out)
+}
+
 impl DataPlane {
+    /// Engine-reported locations of `blocks` (getCacheLocation's view of the reported tiers): for
+    /// each block held by a live reporter in its current lifecycle and generation, one location —
+    /// an `ST_EVENT_REPORT_L2` one first (peers can fetch from it), then the smaller host — with
+    /// the reporter's specs (only those named in `spec_filter` when it is not empty) and, after a
+    /// snapshot, `s_version=<its committed version>` added to each URI (Tair's visibility token).
+    /// Two round trips: the reporters and the blocks' presence in one pipeline, then the specs.
+    pub async fn engine_locations(
+        &self,
+        instance_id: &str,
+        blocks: &[i64],
+        spec_filter: &[String],
+        settings: ReportSettings,
+    ) -> Result<Vec<Option<crate::wire::CacheLocation>>> {
+        let mut out = vec![None; blocks.len()];
+        if blocks.is_empty() {
+            return Ok(out);
+        }
+        let keys = self.keys(instance_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
+        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
+        for b in blocks {
+            hmget.arg(&block_field(*b)[..]);
+        }
+        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
+            pipe.query_async(&mut self.conn()).await?;
+        if all.is_empty() {
+            return Ok(out);
+        }
+        let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
+        let reporters = reporters_by_index(&all, now_ms, settings.heartbeat_timeout_ms);
+        // Per block: the chosen (reporter index, medium id).
+        let mut chosen: Vec<(usize, u32, u8)> = Vec::new();
+        for (i, raw) in entries.iter().enumerate() {
+            let Some(raw) = raw else { continue };
+            let mut best: Option<(u32, u8)> = None;
+            for r in raw.chunks_exact(13) {
+                let idx = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+                let mut visible = false;
+                visible_records(r, &reporters, None, |_| visible = true);
+                if !visible {
+                    continue;
+                }
+                let rank = |idx: u32| reporters.get(&idx).map(|r| (!r.l2, r.host.as_str()));
+                if best.is_none_or(|(b, _)| rank(idx) < rank(b)) {
+                    best = Some((idx, r[12]));
+                }
+            }
+            if let Some((idx, mid)) = best {
+                chosen.push((i, idx, mid));
+            }
+        }
+        if chosen.is_empty() {
+            return Ok(out);
+        }
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&keys.engine_specs);
+        for (i, idx, mid) in &chosen {
+            let mut field = block_field(blocks[*i]).to_vec();
+            field.extend_from_slice(&idx.to_le_bytes());
+            field.push(*mid);
+            hmget.arg(field);
+        }
+        let specs: Vec<Option<Vec<u8>>> = hmget.query_async(&mut self.conn()).await?;
+        for ((i, idx, _), raw) in chosen.iter().zip(specs) {
+            let (Some(raw), Some(rep)) = (raw, reporters.get(idx)) else { continue };
+            let Some(specs) = decode_specs(&raw) else { continue };
+            let location_specs: Vec<LocationSpec> = specs
+                .into_iter()
+                .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
+                .map(|(name, mut uri)| {
+                    if !rep.version.is_empty() {
+                        uri.push(if uri.contains('?') { '&' } else { '?' });
+                        uri.push_str("s_version=");
+                        uri.push_str(&rep.version);
+                    }
+                    LocationSpec { name, uri }
+                })
+                .collect();
+            if location_specs.is_empty() {
+                continue;
+            }
+            out[*i] = Some(crate::wire::CacheLocation {
+                storage_type: if rep.l2 { StorageType::ST_EVENT_REPORT_L2 } else { StorageType::ST_EVENT_REPORT_L1P5 },
+                spec_size: location_specs.len() as i32,
+                location_specs,
+            });
+        }
+        Ok(out)
+    }
+
     /// GetHostCacheState: for the prompt `blocks`, each live host holding at least its first
     /// block, with its own leading blocks (`local`, L1P5 and L2 tiers alike) and what one peer's
     /// L2 tier would add (`p2p_1_*`: the peer giving the longest prefix, ties to the smaller
@@ -484,7 +623,6 @@ impl DataPlane {
         let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
             pipe.query_async(&mut self.conn()).await?;
         let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
-        // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
         let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         // The requested media by id (a medium nobody reported matches nothing).
         let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty()).then(|| {
@@ -496,18 +634,8 @@ impl DataPlane {
                 })
                 .collect()
         });
-        let mut reporters = HashMap::new();
-        for (field, id) in &all {
-            let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some(r) =
-                records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, settings.heartbeat_timeout_ms))
-            {
-                reporters.insert(idx, r);
-            }
-        }
+        // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
+        let reporters = reporters_by_index(&all, now_ms, settings.heartbeat_timeout_ms);
         // Per host, per block up to the first block nobody holds: bit 0 held (any tier), bit 1
         // held in L2. One byte per host and block, only for hosts holding something.
         const OWN: u8 = 1;
