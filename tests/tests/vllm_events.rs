@@ -21,9 +21,14 @@ struct Publisher {
 
 impl Publisher {
     fn start(encoding: &str) -> Publisher {
+        Self::start_on(encoding, 0, 0)
+    }
+
+    /// A publisher on given ports (0: free ones): an engine restarted where it was.
+    fn start_on(encoding: &str, port: u16, replay_port: u16) -> Publisher {
         let mut child = Command::new("python3")
             .arg(repo_root().join("tests/vllm/publisher.py"))
-            .args(["--encoding", encoding])
+            .args(["--encoding", encoding, "--port", &port.to_string(), "--replay-port", &replay_port.to_string()])
             .env("PYTHONPATH", repo_root().join(".kvcm/tools/python"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -40,6 +45,11 @@ impl Publisher {
             endpoint: format!("tcp://127.0.0.1:{}", ports[1]),
             replay: format!("tcp://127.0.0.1:{}", ports[2]),
         }
+    }
+
+    fn ports(&self) -> (u16, u16) {
+        let port = |e: &str| e.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (port(&self.endpoint), port(&self.replay))
     }
 
     /// Publishes one batch (or arms a lost one); returns its seq.
@@ -82,6 +92,16 @@ async fn until_local(api: &Api, instance: &str, keys: &[i64], want: Option<i64>,
     assert!(got.is_some(), "{what}: wanted {want:?}, have {:?}", local(api, instance, keys).await);
 }
 
+/// Waits until the subscriber is connected to its publisher `times` times in all (a PUB socket
+/// drops what it sends before a subscriber is connected, as vLLM's does).
+async fn connected(sub: &WorkerProc, times: f64) {
+    let ok = eventually(Duration::from_secs(15), || async {
+        (sub.metric("kvcm_worker_engine_stream_total{what=\"connected\"}").await >= times).then_some(())
+    })
+    .await;
+    assert!(ok.is_some(), "the subscriber never connected to the publisher");
+}
+
 fn events_args<'a>(p: &'a Publisher, instance: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec![
         "--endpoint",
@@ -112,11 +132,12 @@ async fn a_vllm_engines_events_become_its_hot_tier_and_survive_losses_and_restar
     let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "2000")];
     let mut p = Publisher::start("array");
     let sub = WorkerProc::start_events(&api.namespace, &env, &events_args(&p, &instance, &[]));
-    // The SUB socket joins asynchronously: the first batches may precede it (vLLM's PUB drops
-    // them); the subscriber completes them from the replay socket.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    connected(&sub, 1.0).await;
     p.send(json!({"stored": [11, 12, 13], "parent": null, "tokens": [1, 2, 3, 4, 5, 6], "block_size": 2}));
     until_local(api, &instance, &[11, 12, 13], Some(3), "three stored blocks").await;
+    // Idle past kvcm's heartbeat timeout (2 s): the connected subscriber's heartbeats keep it.
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert_eq!(local(api, &instance, &[11, 12, 13]).await, Some(3), "heartbeats kept an idle engine's blocks");
     // Int hashes beyond i64 and byte hashes (sha256 digests) name the same keys as vLLM's int form.
     let big: u64 = u64::MAX - 5;
     p.send(json!({"stored": [big], "parent": 13, "tokens": [7, 8], "block_size": 2}));
@@ -137,6 +158,7 @@ async fn a_vllm_engines_events_become_its_hot_tier_and_survive_losses_and_restar
     p.send(json!({"removed": [15]}));
     p.send(json!({"stored": [16], "parent": 15, "tokens": [13, 14], "block_size": 2}));
     let sub = WorkerProc::start_events(&api.namespace, &env, &events_args(&p, &instance, &[]));
+    connected(&sub, 1.0).await;
     p.send(json!({"stored": [17], "parent": 16, "tokens": [15, 16], "block_size": 2}));
     until_local(api, &instance, &[11, 12, 13, big as i64, 14, 15], Some(5), "caught up after a restart").await;
     until_local(api, &instance, &[16, 17], Some(2), "blocks stored while it was away").await;
@@ -147,14 +169,15 @@ async fn a_vllm_engines_events_become_its_hot_tier_and_survive_losses_and_restar
     p.send(json!({"stored": [21], "parent": null, "tokens": [1, 1], "block_size": 2}));
     until_local(api, &instance, &[21], Some(1), "stored after the clear").await;
 
-    // The engine restarts (a new publisher: seq from 0): what the old one held vanishes.
+    // The engine restarts where it was (same ports, seq from 0, the map encoding) while the
+    // subscriber keeps running: it reconnects, and what the old engine held vanishes.
+    let (port, replay_port) = p.ports();
     drop(p);
-    let mut p = Publisher::start("map");
-    drop(sub);
-    let sub = WorkerProc::start_events(&api.namespace, &env, &events_args(&p, &instance, &[]));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut p = Publisher::start_on("map", port, replay_port);
+    connected(&sub, 2.0).await;
+    until_local(api, &instance, &[21], None, "a block of the old engine").await;
     p.send(json!({"stored": [31, 32], "parent": null, "tokens": [5, 5, 6, 6], "block_size": 2}));
-    until_local(api, &instance, &[31, 32], Some(2), "the map encoding").await;
+    until_local(api, &instance, &[31, 32], Some(2), "the restarted engine's blocks, map-encoded").await;
     assert_eq!(local(api, &instance, &[21]).await, None, "a block of the old engine");
 
     // The engine dies: heartbeats stop, and its host leaves the answers after the timeout.
@@ -169,7 +192,7 @@ async fn token_chained_keys_are_what_a_router_computes_from_the_prompt() {
     let (api, instance) = (&fx.api, fx.instance.clone());
     let mut p = Publisher::start("map");
     let sub = WorkerProc::start_events(&api.namespace, &[], &events_args(&p, &instance, &["--key-mode", "tokens"]));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    connected(&sub, 1.0).await;
     // Engine hashes are the engine's business; kvcm's keys chain from the token ids.
     p.send(json!({"stored": [900, 901], "parent": null, "tokens": [1, 2, 3, 4], "block_size": 2}));
     p.send(json!({"stored": [902], "parent": 901, "tokens": [5, 6], "block_size": 2}));

@@ -27,6 +27,8 @@ import zmq
 ap = argparse.ArgumentParser()
 ap.add_argument("--encoding", choices=["array", "map"], default="array")
 ap.add_argument("--topic", default="")
+ap.add_argument("--port", type=int, default=0, help="publisher port (0: any free one)")
+ap.add_argument("--replay-port", type=int, default=0, help="replay port (0: any free one)")
 args = ap.parse_args()
 ARRAY = args.encoding == "array"
 
@@ -64,10 +66,17 @@ class KVEventBatch(EventBatch):
 
 
 ctx = zmq.Context()
+def bind(sock, port):
+    if port == 0:
+        return sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    return port
+
+
 pub = ctx.socket(zmq.PUB)
-pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+pub_port = bind(pub, args.port)
 router = ctx.socket(zmq.ROUTER)
-replay_port = router.bind_to_random_port("tcp://127.0.0.1")
+replay_port = bind(router, args.replay_port)
 encoder = msgspec.msgpack.Encoder()
 buffer = []  # (seq, payload)
 lock = threading.Lock()
@@ -77,7 +86,11 @@ seq = itertools.count()
 def serve_replay():
     while True:
         frames = router.recv_multipart()
-        client, start = frames[0], int.from_bytes(frames[-1], "big")
+        # vLLM's replay takes exactly [identity, b"", start_seq (8 bytes)]; anything else is a bug.
+        if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
+            print(f"bad replay request {frames!r}", file=sys.stderr, flush=True)
+            continue
+        client, start = frames[0], int.from_bytes(frames[2], "big")
         with lock:
             batches = [b for b in buffer if b[0] >= start]
         for s, payload in batches:

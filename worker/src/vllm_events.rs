@@ -19,22 +19,24 @@
 //! (which needs the engine's `PYTHONHASHSEED`); `tokens` — kvcm chains its own key from the
 //! token ids the event carries: `key = xxh3_64(parent_key as 8 bytes LE ‖ each token as 4 bytes
 //! LE)`, the parent of a prompt's first block being 0, so a router computes the same keys from
-//! the prompt's tokens alone ([`token_key`]). In `tokens` mode a block whose parent this process
-//! has not seen (stored before it subscribed) cannot be keyed and is skipped (under-reporting,
-//! never wrong); the map from engine hash to key is bounded (`MAX_KNOWN`: past it, a new
-//! lifecycle starts).
+//! the prompt's tokens alone ([`token_key`]). In `tokens` mode what token keys cannot key or
+//! tell apart is not reported (under-reporting, never a wrong hit): a block whose hash a LoRA
+//! or extra keys shaped, a block whose parent this process has not seen (and the rest of its
+//! chain), and new blocks once [`MAX_KNOWN`] engine hashes are remembered.
 //!
 //! **Losing and finding the stream.** Every batch's seq is checked: the next one expected
 //! applies; a later one means batches were missed — they are fetched from the replay socket;
 //! an earlier one (seq back to 0: the engine restarted) or a gap the replay cannot fill means
-//! this process no longer knows what the engine holds: it registers the reporter again
-//! (`NODE_REGISTER`: a new lifecycle epoch, so every block reported before vanishes from answers
-//! at once) and goes on from there — the tier under-reports until the engine stores blocks
-//! again, and never reports a block the engine dropped. At start the same: a first batch with
-//! seq > 0 is completed from the replay socket from seq 0 when the engine still buffers it.
-//! `AllBlocksCleared` is a new lifecycle too. While the publisher is connected the reporter
-//! heartbeats every `heartbeat_ms`; once it disconnects (the engine died) the heartbeats stop
-//! and its blocks vanish after kvcm's `event_report_heartbeat_timeout_ms`.
+//! this process no longer knows what the engine holds: a new lifecycle (`HOST_DOWN` +
+//! `NODE_REGISTER`: a new epoch, so every block reported before vanishes from answers at once),
+//! and on from there — the tier under-reports until the engine stores blocks again, and never
+//! reports a block the engine dropped. The same *resync* (new lifecycle, then every batch the
+//! replay socket holds from seq 0 when it holds them all) runs at start, when the publisher
+//! connects again after a disconnection, and after a batch kvcm could not take (retried every
+//! heartbeat tick); a block event kvcm refuses is skipped. `AllBlocksCleared` is a new
+//! lifecycle too. While the publisher is connected the reporter heartbeats every
+//! `heartbeat_ms` (once a batch was applied); once it disconnects (the engine died) the
+//! heartbeats stop and its blocks vanish after kvcm's `event_report_heartbeat_timeout_ms`.
 
 use crate::Worker;
 use anyhow::{Context, bail};
@@ -43,7 +45,7 @@ use kvcm_core::wire::meta::{
     BlockAddEventParams, BlockDeleteEventParams, EventItem, HeartbeatEventParams, HostDownEventParams,
     NodeRegisterEventParams, ReportEventRequest, ReportEventType,
 };
-use kvcm_core::wire::{InstanceInfo, LocationSpec, StorageType};
+use kvcm_core::wire::{InstanceInfo, LocationSpec, StatusCode, StorageType};
 use rmpv::Value;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -116,8 +118,19 @@ fn hash_of(v: &Value) -> Option<u64> {
 /// One decoded engine event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {
-    Stored { hashes: Vec<u64>, parent: Option<u64>, tokens: Vec<u32>, block_size: usize, medium: Option<String> },
-    Removed { hashes: Vec<u64>, medium: Option<String> },
+    Stored {
+        hashes: Vec<u64>,
+        parent: Option<u64>,
+        tokens: Vec<u32>,
+        block_size: usize,
+        medium: Option<String>,
+        /// A LoRA or extra keys (multimodal inputs, a cache salt) shaped the block's hash.
+        extras: bool,
+    },
+    Removed {
+        hashes: Vec<u64>,
+        medium: Option<String>,
+    },
     Cleared,
 }
 
@@ -159,16 +172,25 @@ pub fn decode_batch(payload: &[u8]) -> anyhow::Result<Vec<EngineEvent>> {
         };
         match tag.and_then(Value::as_str) {
             Some("BlockStored") => {
+                // Token ids that are not all u32 read as none (token keys cannot be made then).
                 let tokens = match field(ev, "token_ids", 3) {
-                    Some(Value::Array(t)) => t.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect(),
+                    Some(Value::Array(t)) => t
+                        .iter()
+                        .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+                        .collect::<Option<Vec<u32>>>()
+                        .unwrap_or_default(),
                     _ => Vec::new(),
                 };
+                let extras = field(ev, "lora_id", 5).is_some()
+                    || field(ev, "lora_name", 7).is_some()
+                    || matches!(field(ev, "extra_keys", 8), Some(Value::Array(k)) if k.iter().any(|x| !x.is_nil()));
                 out.push(EngineEvent::Stored {
                     hashes: hashes(field(ev, "block_hashes", 1))?,
                     parent: field(ev, "parent_block_hash", 2).and_then(hash_of),
                     tokens,
                     block_size: field(ev, "block_size", 4).and_then(Value::as_u64).unwrap_or(0) as usize,
                     medium: medium(field(ev, "medium", 6)),
+                    extras,
                 })
             }
             Some("BlockRemoved") => out.push(EngineEvent::Removed {
@@ -186,23 +208,26 @@ pub fn decode_batch(payload: &[u8]) -> anyhow::Result<Vec<EngineEvent>> {
 struct Engine {
     sub: Subscription,
     storage_type: StorageType,
-    /// Engine hash → kvcm key (`tokens` mode only).
-    known: HashMap<u64, i64>,
-    /// The seq the next batch should carry; `None` before the first.
+    /// `tokens` mode: engine hash → (kvcm key, media holding it).
+    known: HashMap<u64, (i64, u32)>,
+    /// The seq the next batch should carry; `None` before the first (or after losing the stream).
     next_seq: Option<u64>,
     /// (seq, xxh3 of the payload) of the last batches applied: a batch seen again (the live
     /// copy of one the replay socket gave first) is skipped, not taken for a restart.
     applied: std::collections::VecDeque<(u64, u64)>,
+    /// kvcm's view of the engine is to be rebuilt (a report that failed, a publisher that came
+    /// back): a new lifecycle and a catch-up, tried again at every heartbeat tick until done.
+    resync: bool,
 }
 
 /// How many applied batches are remembered to skip duplicates.
 const REMEMBERED: usize = 4096;
 
-impl Engine {
-    fn key(&self, hash: u64) -> i64 {
-        hash as i64
-    }
+/// Most batches one replay request takes in, and how long it may take in all.
+const REPLAY_MAX: usize = 100_000;
+const REPLAY_DEADLINE: Duration = Duration::from_secs(30);
 
+impl Engine {
     fn specs(&self, inst: &InstanceInfo, medium: &str, key: i64) -> Vec<LocationSpec> {
         inst.location_spec_infos
             .iter()
@@ -213,53 +238,70 @@ impl Engine {
             .collect()
     }
 
-    /// The report items of one batch (an AllBlocksCleared starts them over with a NODE_REGISTER).
+    fn add(&self, inst: &InstanceInfo, key: i64, medium: &str) -> EventItem {
+        EventItem {
+            event_type: ReportEventType::EVENT_BLOCK_ADD,
+            block_add: Some(BlockAddEventParams {
+                block_key: key.to_string(),
+                medium: medium.to_string(),
+                specs: self.specs(inst, medium, key),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The report items of one batch (an AllBlocksCleared starts them over with a new
+    /// lifecycle). In `tokens` mode the hash map changes here, before the items are reported:
+    /// a report that fails leads to a resync, which clears it.
     fn items(&mut self, inst: &InstanceInfo, events: Vec<EngineEvent>) -> Vec<EventItem> {
         let mut items = Vec::new();
         for ev in events {
             match ev {
-                EngineEvent::Stored { hashes, parent, tokens, block_size, medium } => {
+                EngineEvent::Stored { hashes, parent, tokens, block_size, medium, extras } => {
                     let medium = medium.unwrap_or_else(|| self.sub.medium.clone());
-                    let mut parent_key = match (self.sub.key_mode, parent) {
-                        (KeyMode::Tokens, Some(p)) => self.known.get(&p).copied(),
-                        (KeyMode::Tokens, None) => Some(0),
-                        (KeyMode::Engine, _) => Some(0),
+                    if self.sub.key_mode == KeyMode::Engine {
+                        items.extend(hashes.iter().map(|h| self.add(inst, *h as i64, &medium)));
+                        continue;
+                    }
+                    // Token keys: a LoRA or extra keys (multimodal inputs, a cache salt) make
+                    // blocks of equal tokens different, which token keys cannot tell apart:
+                    // such blocks are not reported (under-reporting, never a wrong hit).
+                    let mut parent_key = match parent {
+                        _ if extras || block_size == 0 => None,
+                        Some(p) => self.known.get(&p).map(|(k, _)| *k),
+                        None => Some(0),
                     };
                     for (i, h) in hashes.iter().enumerate() {
-                        let key = match self.sub.key_mode {
-                            KeyMode::Engine => self.key(*h),
-                            KeyMode::Tokens => {
-                                let chunk = tokens.get(i * block_size..(i + 1) * block_size);
-                                let (Some(p), Some(chunk)) = (parent_key, chunk) else {
-                                    parent_key = None; // unknown parent: this block and its children cannot be keyed
-                                    continue;
-                                };
-                                let key = token_key(p, chunk);
-                                if self.known.len() < MAX_KNOWN {
-                                    self.known.insert(*h, key);
-                                }
-                                parent_key = Some(key);
-                                key
+                        let chunk = tokens.get(i * block_size..(i + 1) * block_size);
+                        let (Some(p), Some(chunk)) = (parent_key, chunk) else { break };
+                        let key = token_key(p, chunk);
+                        let full = self.known.len() >= MAX_KNOWN;
+                        match self.known.get_mut(h) {
+                            Some(entry) => entry.1 += 1,
+                            // Full: a block that could not be deleted later is not reported.
+                            None if full => break,
+                            None => {
+                                self.known.insert(*h, (key, 1));
                             }
-                        };
-                        items.push(EventItem {
-                            event_type: ReportEventType::EVENT_BLOCK_ADD,
-                            block_add: Some(BlockAddEventParams {
-                                block_key: key.to_string(),
-                                medium: medium.clone(),
-                                specs: self.specs(inst, &medium, key),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        });
+                        }
+                        parent_key = Some(key);
+                        items.push(self.add(inst, key, &medium));
                     }
                 }
                 EngineEvent::Removed { hashes, medium } => {
                     let medium = medium.unwrap_or_else(|| self.sub.medium.clone());
                     for h in hashes {
                         let key = match self.sub.key_mode {
-                            KeyMode::Engine => Some(self.key(h)),
-                            KeyMode::Tokens => self.known.remove(&h),
+                            KeyMode::Engine => Some(h as i64),
+                            KeyMode::Tokens => match self.known.get_mut(&h) {
+                                Some((key, holders)) if *holders > 1 => {
+                                    *holders -= 1;
+                                    Some(*key)
+                                }
+                                Some(_) => self.known.remove(&h).map(|(key, _)| key),
+                                None => None,
+                            },
                         };
                         let Some(key) = key else { continue };
                         items.push(EventItem {
@@ -311,20 +353,24 @@ fn heartbeat() -> EventItem {
 }
 
 /// Reports `items` for the engine, split to respect the request bound; `HOST_DOWN` and
-/// `NODE_REGISTER` go in requests of their own (Tair's composition rules).
+/// `NODE_REGISTER` go in requests of their own (Tair's composition rules). A block event kvcm
+/// refuses is skipped (logged, counted): one bad item must not stall the stream. Any other
+/// refusal — the reporter unregistered (`NODE_NOT_REGISTERED`, e.g. after an outage longer than
+/// the cleanup grace), a lifecycle event refused — or kvcm unreachable is an error: the caller
+/// resyncs.
 async fn report(w: &Worker, e: &Engine, inst: &InstanceInfo, items: Vec<EventItem>) -> anyhow::Result<()> {
     let data: &DataPlane = &w.data;
     let limits = w.registry.limits();
     let max = limits.max_keys_per_request.clamp(1, 4096);
-    let is_register =
+    let alone =
         |i: &EventItem| matches!(i.event_type, ReportEventType::EVENT_NODE_REGISTER | ReportEventType::EVENT_HOST_DOWN);
     let mut rest = items.as_slice();
     while !rest.is_empty() {
-        let n = if is_register(&rest[0]) {
+        let n = if alone(&rest[0]) {
             1
         } else {
             let n = rest.len().min(max);
-            rest[..n].iter().position(is_register).unwrap_or(n)
+            rest[..n].iter().position(alone).unwrap_or(n)
         };
         let req = ReportEventRequest {
             trace_id: String::new(),
@@ -334,9 +380,15 @@ async fn report(w: &Worker, e: &Engine, inst: &InstanceInfo, items: Vec<EventIte
             storage_type: e.storage_type,
         };
         let out = data.report_event(inst, &req, w.config.report_settings(), limits).await?;
-        if let Some((i, code)) = out.codes.iter().enumerate().find(|(_, c)| **c != kvcm_core::wire::StatusCode::OK) {
+        for (i, code) in out.codes.iter().enumerate().filter(|(_, c)| **c != StatusCode::OK) {
             let why = out.reasons.get(i).cloned().flatten().unwrap_or_default();
-            bail!("kvcm refused a {:?}: {code:?} {why}", req.events[i].event_type);
+            let kind = req.events[i].event_type;
+            let block = matches!(kind, ReportEventType::EVENT_BLOCK_ADD | ReportEventType::EVENT_BLOCK_DELETE);
+            if !block || *code == StatusCode::NODE_NOT_REGISTERED {
+                bail!("kvcm refused a {kind:?}: {code:?} {why}");
+            }
+            w.metrics.engine_stream.with_label_values(&["refused"]).inc();
+            tracing::warn!(?kind, ?code, %why, "kvcm refused an engine event; skipped");
         }
         rest = &rest[n..];
     }
@@ -344,8 +396,10 @@ async fn report(w: &Worker, e: &Engine, inst: &InstanceInfo, items: Vec<EventIte
 }
 
 /// Asks the replay socket for every batch from `start`: their (seq, payload), in order; an
-/// error when it is unreachable or does not answer.
+/// error when it is unreachable, does not answer, answers more than [`REPLAY_MAX`] batches or
+/// takes longer than [`REPLAY_DEADLINE`].
 async fn replay(endpoint: &str, start: u64) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
+    let deadline = tokio::time::Instant::now() + REPLAY_DEADLINE;
     let mut dealer = zeromq::DealerSocket::new();
     tokio::time::timeout(Duration::from_secs(5), dealer.connect(endpoint))
         .await
@@ -354,19 +408,32 @@ async fn replay(endpoint: &str, start: u64) -> anyhow::Result<Vec<(u64, Vec<u8>)
     req.push_back(start.to_be_bytes().to_vec().into());
     dealer.send(req).await?;
     let mut out = Vec::new();
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(5), dealer.recv()).await.context("replay timed out")??;
+    let result = loop {
+        let wait = deadline.saturating_duration_since(tokio::time::Instant::now()).min(Duration::from_secs(5));
+        let msg = match tokio::time::timeout(wait, dealer.recv()).await {
+            Ok(Ok(msg)) => msg,
+            Ok(Err(e)) => break Err(e.into()),
+            Err(_) => break Err(anyhow::anyhow!("the replay socket did not answer in time")),
+        };
+        // [b"" or topic, seq, payload]; [seq, payload] without the delimiter.
         let frames: Vec<Vec<u8>> = msg.into_vec().into_iter().map(|b| b.to_vec()).collect();
-        // [b"", seq, payload] or [topic, seq, payload] (or without the empty delimiter).
-        let Some(seq_at) = frames.iter().position(|f| f.len() == 8) else { bail!("a replay reply without a seq") };
-        let seq = i64::from_be_bytes(frames[seq_at][..].try_into().unwrap_or([0; 8]));
+        let (seq, payload) = match frames.as_slice() {
+            [_, seq, payload] | [seq, payload] => (seq, payload),
+            other => break Err(anyhow::anyhow!("a replay reply of {} frames", other.len())),
+        };
+        let Ok(seq) = <[u8; 8]>::try_from(seq.as_slice()).map(i64::from_be_bytes) else {
+            break Err(anyhow::anyhow!("a replay seq not of 8 bytes"));
+        };
         if seq < 0 {
-            break;
+            break Ok(());
         }
-        out.push((seq as u64, frames.get(seq_at + 1).cloned().unwrap_or_default()));
-    }
+        if out.len() == REPLAY_MAX {
+            break Err(anyhow::anyhow!("the replay answered more than {REPLAY_MAX} batches"));
+        }
+        out.push((seq as u64, payload.clone()));
+    };
     let _ = dealer.close().await;
-    Ok(out)
+    result.map(|()| out)
 }
 
 /// Runs one subscription until `stop` turns true.
@@ -376,24 +443,35 @@ pub async fn run(w: Worker, sub: Subscription, mut stop: tokio::sync::watch::Rec
         "L2" => StorageType::ST_EVENT_REPORT_L2,
         other => bail!("--tier must be L1P5 or L2, got {other}"),
     };
-    let inst = w.registry.instance(&sub.instance).await.context("the instance is not registered in kvcm")?;
-    let mut e = Engine { sub, storage_type, known: HashMap::new(), next_seq: None, applied: Default::default() };
-    let mut socket = zeromq::SubSocket::new();
-    let mut monitor = socket.monitor();
-    socket.subscribe(&e.sub.topic).await?;
-    socket.connect(&e.sub.endpoint).await.with_context(|| format!("cannot connect to {}", e.sub.endpoint))?;
-    tracing::info!(endpoint = %e.sub.endpoint, instance = %e.sub.instance, host = %e.sub.host, "subscribed to vLLM KV events");
-    // Catch up at once from the engine's buffer (when it still holds seq 0): what it stored
-    // before this process started is known without waiting for its next batch.
-    if let Err(err) = catch_up(&w, &mut e, &inst).await {
-        tracing::warn!(error = %format!("{err:#}"), "no catch-up from the replay socket; waiting for live batches");
-    }
-    let mut connected = true;
-    let mut beat = tokio::time::interval(Duration::from_millis(e.sub.heartbeat_ms.max(100)));
+    w.registry.instance(&sub.instance).await.context("the instance is not registered in kvcm")?;
+    let mut e =
+        Engine { sub, storage_type, known: HashMap::new(), next_seq: None, applied: Default::default(), resync: false };
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
     tokio::pin!(stopped);
+    let mut socket = zeromq::SubSocket::new();
+    let mut monitor = socket.monitor();
+    socket.subscribe(&e.sub.topic).await?;
+    // vLLM binds its publisher only once the model is loaded: wait for it as long as it takes.
+    loop {
+        tokio::select! {
+            () = &mut stopped => return Ok(()),
+            connected = socket.connect(&e.sub.endpoint) => match connected {
+                Ok(()) => break,
+                Err(err) => tracing::warn!(endpoint = %e.sub.endpoint, error = %err, "the engine's publisher is not up yet; retrying"),
+            },
+        }
+    }
+    tracing::info!(endpoint = %e.sub.endpoint, instance = %e.sub.instance, host = %e.sub.host, "subscribed to vLLM KV events");
+    // Catch up at once from the engine's buffer (when it still holds seq 0): what it stored
+    // before this process started is known without waiting for its next batch.
+    if let Err(err) = resync(&w, &mut e).await {
+        tracing::warn!(error = %format!("{err:#}"), "kvcm could not be told of the engine yet; retrying");
+        e.resync = true;
+    }
+    let (mut connected, mut lost) = (true, false);
+    let mut beat = tokio::time::interval(Duration::from_millis(e.sub.heartbeat_ms.max(100)));
     loop {
         tokio::select! {
             () = &mut stopped => return Ok(()),
@@ -401,50 +479,87 @@ pub async fn run(w: Worker, sub: Subscription, mut stop: tokio::sync::watch::Rec
                 Some(SocketEvent::Connected(..)) => {
                     connected = true;
                     w.metrics.engine_stream.with_label_values(&["connected"]).inc();
+                    // Back after losing the publisher: the engine may have restarted or moved
+                    // on without us. Rebuild kvcm's view (new lifecycle, catch-up).
+                    if lost {
+                        e.resync = true;
+                    }
                 }
                 Some(SocketEvent::Disconnected(_)) => {
-                    connected = false;
+                    (connected, lost) = (false, true);
+                    e.next_seq = None;
                     w.metrics.engine_stream.with_label_values(&["disconnected"]).inc();
                     tracing::warn!(endpoint = %e.sub.endpoint, "the engine's publisher disconnected: heartbeats stop");
                 }
                 _ => {}
             },
             _ = beat.tick() => {
-                if connected && e.next_seq.is_some()
-                    && let Err(err) = report(&w, &e, &inst, vec![heartbeat()]).await
-                {
-                    tracing::warn!(error = %err, "heartbeat not reported");
+                if !connected {
+                    continue;
+                }
+                let done = if e.resync { resync(&w, &mut e).await } else if e.next_seq.is_some() { beat_once(&w, &e).await } else { Ok(()) };
+                if let Err(err) = done {
+                    e.resync = true;
+                    tracing::warn!(error = %format!("{err:#}"), "kvcm's view of the engine will be rebuilt");
                 }
             }
-            msg = socket.recv() => {
-                let msg = msg?;
-                if let Err(err) = on_message(&w, &mut e, &inst, msg).await {
-                    tracing::warn!(error = %format!("{err:#}"), "an engine event batch was not applied");
+            msg = socket.recv() => match msg {
+                Ok(msg) => {
+                    if let Err(err) = on_message(&w, &mut e, msg).await {
+                        // What kvcm holds of the engine can no longer be trusted: rebuild it.
+                        e.next_seq = None;
+                        e.resync = true;
+                        tracing::warn!(error = %format!("{err:#}"), "an engine event batch was not applied; resyncing");
+                    }
                 }
-            }
+                Err(err) => {
+                    tracing::warn!(error = %err, "receiving from the engine's publisher failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
         }
     }
 }
 
-/// The engine's buffered batches from seq 0, applied as a new lifecycle, when the replay socket
-/// has them all; nothing otherwise.
-async fn catch_up(w: &Worker, e: &mut Engine, inst: &InstanceInfo) -> anyhow::Result<()> {
+async fn beat_once(w: &Worker, e: &Engine) -> anyhow::Result<()> {
+    let inst = w.registry.instance(&e.sub.instance).await?;
+    report(w, e, &inst, vec![heartbeat()]).await
+}
+
+/// Rebuilds kvcm's view of the engine: a new lifecycle (nothing reported before counts), then
+/// every batch the replay socket still holds from seq 0, when it holds them all. An error only
+/// when kvcm could not be told (the caller tries again); a replay socket that does not answer
+/// leaves the new, empty lifecycle for the live batches to fill.
+async fn resync(w: &Worker, e: &mut Engine) -> anyhow::Result<()> {
+    let inst = w.registry.instance(&e.sub.instance).await?;
+    new_lifecycle(w, e, &inst).await?;
+    e.next_seq = None;
+    e.resync = false;
     let Some(endpoint) = e.sub.replay.clone() else { return Ok(()) };
-    let got = replay(&endpoint, 0).await?;
+    let got = match replay(&endpoint, 0).await {
+        Ok(got) => got,
+        Err(err) => {
+            tracing::warn!(error = %format!("{err:#}"), "no catch-up from the replay socket; waiting for live batches");
+            return Ok(());
+        }
+    };
     let complete = got.first().is_some_and(|(s, _)| *s == 0) && got.windows(2).all(|p| p[1].0 == p[0].0 + 1);
-    if !complete {
-        return Ok(());
+    if complete {
+        w.metrics.engine_stream.with_label_values(&["replayed"]).inc();
+        if let Err(err) = apply(w, e, &inst, got).await {
+            e.resync = true;
+            return Err(err);
+        }
     }
-    new_lifecycle(w, e, inst).await?;
-    w.metrics.engine_stream.with_label_values(&["replayed"]).inc();
-    apply(w, e, inst, got).await
+    Ok(())
 }
 
 /// One published batch: checked against the expected seq, applied, or recovered from.
-async fn on_message(w: &Worker, e: &mut Engine, inst: &InstanceInfo, msg: ZmqMessage) -> anyhow::Result<()> {
+async fn on_message(w: &Worker, e: &mut Engine, msg: ZmqMessage) -> anyhow::Result<()> {
     let frames: Vec<Vec<u8>> = msg.into_vec().into_iter().map(|b| b.to_vec()).collect();
     let [_, seq, payload] = frames.as_slice() else { bail!("a message of {} frames, not 3", frames.len()) };
     let seq = u64::from_be_bytes(seq[..].try_into().context("a seq frame not of 8 bytes")?);
+    let inst = w.registry.instance(&e.sub.instance).await?;
     let hash = xxhash_rust::xxh3::xxh3_64(payload);
     let mut batches = vec![(seq, payload.clone())];
     match e.next_seq {
@@ -452,23 +567,24 @@ async fn on_message(w: &Worker, e: &mut Engine, inst: &InstanceInfo, msg: ZmqMes
         Some(next) if seq > next => {
             // Missed batches: fetch them; if the engine no longer has them, start over.
             w.metrics.engine_stream.with_label_values(&["gap"]).inc();
-            batches = recover(w, e, inst, next, seq, payload).await?;
+            batches = recover(w, e, &inst, next, seq, payload).await?;
         }
         // A batch already applied (the replay socket gave it first): nothing to do.
         Some(_) if e.applied.contains(&(seq, hash)) => return Ok(()),
-        // An earlier seq never applied: a new publisher (the engine restarted).
+        // An earlier seq never applied (a new publisher: the engine restarted), or the first
+        // batch seen since losing the stream.
         Some(_) | None => {
             if e.next_seq.is_some() {
                 w.metrics.engine_stream.with_label_values(&["restart"]).inc();
             }
-            new_lifecycle(w, e, inst).await?;
+            new_lifecycle(w, e, &inst).await?;
             if seq > 0 {
                 // Joined its stream late: from seq 0 if it still buffers it.
-                batches = recover(w, e, inst, 0, seq, payload).await?;
+                batches = recover(w, e, &inst, 0, seq, payload).await?;
             }
         }
     }
-    apply(w, e, inst, batches).await
+    apply(w, e, &inst, batches).await
 }
 
 /// Applies consecutive batches and remembers them.
@@ -588,6 +704,7 @@ mod tests {
                 tokens: vec![1, 2, 3, 4],
                 block_size: 2,
                 medium: Some("GPU".into()),
+                extras: false,
             },
             EngineEvent::Removed { hashes: vec![(-3i64) as u64], medium: None },
             EngineEvent::Cleared,
@@ -596,6 +713,70 @@ mod tests {
         assert_eq!(decode_batch(&encode(&maps)).unwrap(), expected);
         assert!(decode_batch(b"\xc1").is_err());
         assert!(decode_batch(&encode(&Value::from(3))).is_err());
+    }
+
+    fn engine(mode: KeyMode) -> Engine {
+        let sub = Subscription {
+            endpoint: String::new(),
+            replay: None,
+            topic: String::new(),
+            instance: "i".into(),
+            host: "h:1".into(),
+            tier: "L1P5".into(),
+            medium: "GPU".into(),
+            key_mode: mode,
+            heartbeat_ms: 1000,
+        };
+        Engine {
+            sub,
+            storage_type: StorageType::ST_EVENT_REPORT_L1P5,
+            known: HashMap::new(),
+            next_seq: None,
+            applied: Default::default(),
+            resync: false,
+        }
+    }
+
+    fn stored(hashes: Vec<u64>, parent: Option<u64>, tokens: Vec<u32>, medium: &str, extras: bool) -> EngineEvent {
+        EngineEvent::Stored { hashes, parent, tokens, block_size: 2, medium: Some(medium.into()), extras }
+    }
+
+    fn keys_of(items: &[EventItem]) -> Vec<(ReportEventType, String)> {
+        items
+            .iter()
+            .map(|i| {
+                let key = i.block_add.as_ref().map(|a| a.block_key.clone());
+                (i.event_type, key.or(i.block_delete.as_ref().map(|d| d.block_key.clone())).unwrap_or_default())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn token_mode_skips_what_it_cannot_key_and_deletes_a_block_once_no_medium_holds_it() {
+        let inst = InstanceInfo::default();
+        let mut e = engine(KeyMode::Tokens);
+        let k1 = token_key(0, &[1, 2]);
+        // A block shaped by a LoRA or extra keys, or whose parent is unknown: not reported.
+        assert!(e.items(&inst, vec![stored(vec![5], None, vec![1, 2], "GPU", true)]).is_empty());
+        assert!(e.items(&inst, vec![stored(vec![6], Some(99), vec![1, 2], "GPU", false)]).is_empty());
+        // Stored on two media, removed from one: still known for the other's removal.
+        let items = e.items(&inst, vec![stored(vec![7], None, vec![1, 2], "GPU", false)]);
+        assert_eq!(keys_of(&items), [(ReportEventType::EVENT_BLOCK_ADD, k1.to_string())]);
+        e.items(&inst, vec![stored(vec![7], None, vec![1, 2], "CPU", false)]);
+        let removed = |e: &mut Engine, m: &str| {
+            e.items(&inst, vec![EngineEvent::Removed { hashes: vec![7], medium: Some(m.into()) }])
+        };
+        assert_eq!(keys_of(&removed(&mut e, "GPU")), [(ReportEventType::EVENT_BLOCK_DELETE, k1.to_string())]);
+        assert_eq!(keys_of(&removed(&mut e, "CPU")), [(ReportEventType::EVENT_BLOCK_DELETE, k1.to_string())]);
+        assert!(removed(&mut e, "CPU").is_empty(), "forgotten once no medium holds it");
+        // Engine mode: the hash is the key, whatever shaped it.
+        let mut e = engine(KeyMode::Engine);
+        let items = e.items(&inst, vec![stored(vec![u64::MAX], None, vec![], "GPU", true)]);
+        assert_eq!(keys_of(&items), [(ReportEventType::EVENT_BLOCK_ADD, "-1".to_string())]);
+        // AllBlocksCleared: a new lifecycle replaces what came before in the batch.
+        let items = e.items(&inst, vec![stored(vec![3], None, vec![], "GPU", false), EngineEvent::Cleared]);
+        let kinds: Vec<_> = items.iter().map(|i| i.event_type).collect();
+        assert_eq!(kinds, [ReportEventType::EVENT_HOST_DOWN, ReportEventType::EVENT_NODE_REGISTER]);
     }
 
     #[test]
