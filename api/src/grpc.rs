@@ -400,7 +400,7 @@ mod tests {
         let routes: Vec<String> = meta.methods().map(|m| route(&m)).collect();
         assert!(routes.contains(&"/api/getCacheLocationLen".to_string()), "{routes:?}");
         assert!(routes.contains(&"/api/reportEvent".to_string()), "{routes:?}");
-        assert_eq!(meta.methods().count(), 12);
+        assert_eq!(meta.methods().count(), 13, "every Tair MetaService method");
         let admin = descriptors().get_service_by_name(ADMIN_SERVICE).unwrap();
         assert!(admin.methods().any(|m| route(&m) == "/api/addStorage"));
     }

@@ -671,3 +671,65 @@ async fn get_cache_location_answers_live_engine_held_blocks_by_tairs_visibility_
         (Some("ST_UNSPECIFIED"), Some("ST_EVENT_REPORT_L2"))
     );
 }
+
+/// GetCacheLocationsByBackend: per block, one location per backend holding it — the storage's
+/// and each engine tier's, a holder picked by the selector's strategy — only the selected
+/// backends when selectors are given; a prefix ends where no selected backend holds the block.
+#[tokio::test]
+async fn get_cache_locations_by_backend_answers_one_location_per_backend_and_picks_holders_by_strategy() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    fx.write(&[1]).await;
+    // L2 holders: P holds 1, 2 (a run of two from block 1); Q holds 1, 3, 4 (more blocks, a
+    // run of one from block 1). L1P5: A holds 1, 2.
+    for (tier, host, held) in [
+        ("ST_EVENT_REPORT_L2", "P:1", vec![1, 2]),
+        ("ST_EVENT_REPORT_L2", "Q:1", vec![1, 3, 4]),
+        ("ST_EVENT_REPORT_L1P5", "A:1", vec![1, 2]),
+    ] {
+        let mut events = vec![heartbeat()];
+        events.extend(held.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        assert_eq!(code(&report(api, inst, tier, host, events).await), "OK");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let by = |query: &'static str, keys: Vec<i64>, selectors: Value| async move {
+        let body =
+            json!({"instance_id": inst, "query_type": query, "block_keys": keys, "backend_selectors": selectors});
+        let (_, r) = api.meta("getCacheLocationsByBackend", body).await;
+        assert_eq!(code(&r), "OK", "{r}");
+        r["key_locations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                v["locations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|l| {
+                        let uri = l["location_specs"][0]["uri"].as_str().unwrap_or_default();
+                        let host = uri.split("//").nth(1).and_then(|r| r.split('/').next()).unwrap_or_default();
+                        format!("{}@{host}", l["type"].as_str().unwrap())
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    // Every backend: block 1 from storage, A's L1P5, and the L2 holder with the longest run.
+    let all = by("QT_PREFIX_MATCH", vec![1, 2, 3, 4], json!([])).await;
+    assert_eq!(all[0][1..], ["ST_EVENT_REPORT_L1P5@A:1", "ST_EVENT_REPORT_L2@P:1"], "{all:?}");
+    assert!(all[0][0].starts_with("ST_NFS"), "{all:?}");
+    assert_eq!(all[1], ["ST_EVENT_REPORT_L1P5@A:1", "ST_EVENT_REPORT_L2@P:1"]);
+    assert_eq!(all[2], ["ST_EVENT_REPORT_L2@Q:1"]);
+    assert_eq!(all.len(), 4);
+    // Coverage picks the holder of the most blocks; only the selected backend answers, and the
+    // prefix ends where it holds nothing (Q does not hold block 2).
+    let l2 = json!([{"backend_type": "ST_EVENT_REPORT_L2", "strategy": "LSS_V6D_COVERAGE"}]);
+    let cov = by("QT_PREFIX_MATCH", vec![1, 2, 3, 4], l2.clone()).await;
+    assert_eq!(cov[0], ["ST_EVENT_REPORT_L2@Q:1"], "{cov:?}");
+    assert_eq!(cov.len(), 4, "P and Q together hold 1..4 in L2: {cov:?}");
+    let nfs = by("QT_PREFIX_MATCH", vec![1, 2], json!([{"backend_type": "ST_NFS"}])).await;
+    assert_eq!(nfs.len(), 1, "storage only: block 2 is nowhere: {nfs:?}");
+    let batch = by("QT_BATCH_GET", vec![9, 1], l2).await;
+    assert_eq!(batch[0], Vec::<String>::new(), "a miss is an empty vector: {batch:?}");
+}

@@ -289,7 +289,7 @@ async fn every_method_is_routed_unserved_ones_are_unimplemented_and_messages_are
     let channel = tonic::transport::Endpoint::from_shared(api.grpc_meta.clone()).unwrap().connect().await.unwrap();
     let mut client = tonic::client::Grpc::new(channel);
     client.ready().await.unwrap();
-    let path = format!("/{}/GetCacheLocationsByBackend", kvcm_api::grpc::META_SERVICE).parse().unwrap();
+    let path = format!("/{}/NoSuchMethod", kvcm_api::grpc::META_SERVICE).parse().unwrap();
     let unserved = client.unary(tonic::Request::new(bytes::Bytes::new()), path, kvcm_api::grpc::BytesCodec).await;
     assert_eq!(unserved.unwrap_err().code(), tonic::Code::Unimplemented);
 

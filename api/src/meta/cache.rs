@@ -85,6 +85,43 @@ pub async fn get_cache_location(
     )
 }
 
+pub async fn get_cache_locations_by_backend(
+    State(s): State<AppState>,
+    caller: Caller,
+    WireJson(req): WireJson<GetCacheLocationsByBackendRequest>,
+) -> Reply<GetCacheLocationsByBackendResponse> {
+    Reply(
+        async {
+            let (snap, inst) = instance(&s, &caller, &req.instance_id).await?;
+            let blocks = keys(&s, &inst, &req.block_keys, &req.token_ids)?;
+            let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
+            let limits = s.registry.limits();
+            limits.count("backend_selectors", req.backend_selectors.len(), 16, "16 (one per backend type)")?;
+            // Up to three locations per block: its storage's and one per engine tier.
+            limits
+                .response(blocks.len().saturating_mul(3), specs_per_location(&s, &inst, &req.location_spec_names)?)?;
+            let t = Instant::now();
+            let (key_locations, stats) = s
+                .data
+                .get_cache_locations_by_backend(
+                    &snap,
+                    &inst,
+                    req.query_type,
+                    &blocks,
+                    &mask,
+                    req.sw_size,
+                    &req.location_spec_names,
+                    &req.backend_selectors,
+                )
+                .await?;
+            s.metrics.data_op("hmget_blocks_by_backend", t.elapsed());
+            s.metrics.lookup(&inst.instance_id, stats.requested, stats.hits, stats.matched);
+            Ok(GetCacheLocationsByBackendResponse { key_locations })
+        }
+        .await,
+    )
+}
+
 pub async fn get_cache_location_len(
     State(s): State<AppState>,
     caller: Caller,

@@ -24,6 +24,11 @@ pub fn rpcs() -> Rpcs {
             cache::get_cache_location_len,
             "How many blocks getCacheLocation would return, without them (no recency refresh)",
         )
+        .rpc(
+            "getCacheLocationsByBackend",
+            cache::get_cache_locations_by_backend,
+            "Per block, one location per backend holding it (storage, engine tiers: a holder picked by strategy)",
+        )
         .rpc("getCacheMeta", cache::get_cache_meta, "Blocks' locations and states, for debugging")
         .rpc("startWriteCache", cache::start_write_cache, "Phase 1 of a write: where to write new blocks")
         .rpc("finishWriteCache", cache::finish_write_cache, "Phase 2 of a write: which blocks were written")

@@ -237,7 +237,7 @@ impl DataPlane {
         spec_filter: &[String],
     ) -> Result<(Vec<CacheLocation>, MatchStats)> {
         let mut sink = Built { out: Vec::new(), inst, filter: spec_filter };
-        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink).await?;
+        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink, true).await?;
         Ok((sink.out, stats))
     }
 
@@ -258,7 +258,7 @@ impl DataPlane {
     ) -> Result<MatchStats> {
         out.push(b'[');
         let mut sink = Rendered { out, count: 0, placeholder: None, inst, filter: spec_filter, expected: blocks.len() };
-        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink).await?;
+        let stats = self.lookup(snap, inst, query, blocks, mask, sw_size, spec_filter, &mut sink, true).await?;
         out.push(b']');
         Ok(stats)
     }
@@ -277,8 +277,120 @@ impl DataPlane {
         sw_size: i32,
     ) -> Result<MatchStats> {
         let mut sink = Counted { real: 0 };
-        let stats = self.lookup(snap, inst, query, blocks, &BlockMask::Offset(0), sw_size, &[], &mut sink).await?;
+        let stats =
+            self.lookup(snap, inst, query, blocks, &BlockMask::Offset(0), sw_size, &[], &mut sink, true).await?;
         Ok(MatchStats { matched: sink.real, ..stats })
+    }
+
+    /// GetCacheLocationsByBackend: per block, one location per backend holding it — its storage
+    /// (kvcm's own location) and each engine-reported tier (`ST_EVENT_REPORT_L1P5`, `_L2`), one
+    /// holder picked per tier by the selector's strategy — limited to the `selectors`' backends
+    /// when there are any. A block counts as a hit when any of them holds it; the query type
+    /// selects blocks as getCacheLocation does (a miss is an empty vector where it returns one).
+    #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
+    pub async fn get_cache_locations_by_backend(
+        &self,
+        snap: &Snapshot,
+        inst: &InstanceInfo,
+        query: QueryType,
+        blocks: &[i64],
+        mask: &BlockMask,
+        sw_size: i32,
+        spec_filter: &[String],
+        selectors: &[crate::wire::meta::BackendLocationSelector],
+    ) -> Result<(Vec<crate::wire::meta::CacheLocationVector>, MatchStats)> {
+        use crate::wire::StorageType;
+        use crate::wire::meta::LocationSelectStrategy as Lss;
+        if query == QueryType::QT_UNSPECIFIED {
+            select(query, &[], mask, sw_size)?;
+        }
+        if query == QueryType::QT_REVERSE_ROLL_SW_MATCH && (sw_size < 1 || sw_size as usize > blocks.len()) {
+            select(query, &vec![false; blocks.len()], mask, sw_size)?;
+        }
+        let wanted = |t: StorageType| selectors.is_empty() || selectors.iter().any(|s| s.backend_type == t);
+        let strategy = |t: StorageType| selectors.iter().find(|s| s.backend_type == t).map(|s| s.strategy);
+        // kvcm's own locations: one per block, a placeholder where no storage holds it.
+        let mut sink = Built { out: Vec::new(), inst, filter: spec_filter };
+        let all = BlockMask::Offset(0);
+        self.lookup(snap, inst, QueryType::QT_BATCH_GET, blocks, &all, 0, spec_filter, &mut sink, false).await?;
+        let mut per_block: Vec<Vec<CacheLocation>> =
+            sink.out
+                .into_iter()
+                .map(|l| {
+                    if l.storage_type != StorageType::ST_UNSPECIFIED && wanted(l.storage_type) {
+                        vec![l]
+                    } else {
+                        vec![]
+                    }
+                })
+                .collect();
+        // The engine-reported tiers: one holder per block and tier.
+        let tiers = [(false, StorageType::ST_EVENT_REPORT_L1P5), (true, StorageType::ST_EVENT_REPORT_L2)];
+        if tiers.iter().any(|(_, t)| wanted(*t))
+            && self.may_have_reporters(&inst.instance_id).await?
+            && let Some(holders) = self.engine_holders(&inst.instance_id, blocks, self.report_settings).await?
+        {
+            // Per reporter: which blocks it holds.
+            let mut holds: std::collections::HashMap<u32, Vec<bool>> = std::collections::HashMap::new();
+            for (i, held) in holders.per_block.iter().enumerate() {
+                for (idx, _) in held {
+                    holds.entry(*idx).or_insert_with(|| vec![false; blocks.len()])[i] = true;
+                }
+            }
+            let mut picks = Vec::new();
+            let mut at = Vec::new();
+            for (l2, tier) in tiers.into_iter().filter(|(_, t)| wanted(*t)) {
+                let strategy = strategy(tier).unwrap_or(Lss::LSS_UNSPECIFIED);
+                for (i, held) in holders.per_block.iter().enumerate() {
+                    let candidates: Vec<(u32, u8, &str)> = held
+                        .iter()
+                        .filter_map(|(idx, mid)| {
+                            let (is_l2, host) = holders.tier_and_host(*idx)?;
+                            (is_l2 == l2).then_some((*idx, *mid, host))
+                        })
+                        .collect();
+                    let pick = match strategy {
+                        _ if candidates.is_empty() => None,
+                        Lss::LSS_WEIGHTED_RANDOM => Some(candidates[fastrand::usize(..candidates.len())]),
+                        Lss::LSS_V6D_COVERAGE => candidates
+                            .iter()
+                            .min_by_key(|(idx, _, host)| {
+                                (std::cmp::Reverse(holds[idx].iter().filter(|h| **h).count()), *host)
+                            })
+                            .copied(),
+                        Lss::LSS_V6D_PREFIX | Lss::LSS_UNSPECIFIED => candidates
+                            .iter()
+                            .min_by_key(|(idx, _, host)| {
+                                (std::cmp::Reverse(holds[idx][i..].iter().take_while(|h| **h).count()), *host)
+                            })
+                            .copied(),
+                    };
+                    if let Some((idx, mid, _)) = pick {
+                        at.push(i);
+                        picks.push((blocks[i], idx, mid));
+                    }
+                }
+            }
+            let found = self.engine_location_of(&inst.instance_id, &holders, &picks, spec_filter).await?;
+            for (i, loc) in at.into_iter().zip(found) {
+                per_block[i].extend(loc);
+            }
+        }
+        let hits: Vec<bool> = per_block.iter().map(|v| !v.is_empty()).collect();
+        let selection = select(query, &hits, mask, sw_size)?;
+        let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
+        let out: Vec<_> = match selection {
+            Selection::Prefix(idx) => idx.into_iter().map(|i| vector(std::mem::take(&mut per_block[i]))).collect(),
+            Selection::Each => per_block.into_iter().map(vector).collect(),
+            Selection::Window(s, e) => per_block
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| vector(if i >= s && i < e { v } else { Vec::new() }))
+                .collect(),
+        };
+        let hit_count = hits.iter().filter(|h| **h).count();
+        let matched = out.iter().filter(|v| !v.locations.is_empty()).count();
+        Ok((out, MatchStats { requested: blocks.len(), hits: hit_count, matched }))
     }
 
     #[allow(clippy::too_many_arguments, reason = "one argument per request field")]
@@ -292,6 +404,7 @@ impl DataPlane {
         sw_size: i32,
         spec_filter: &[String],
         sink: &mut impl Sink,
+        with_engine: bool,
     ) -> Result<MatchStats> {
         if query == QueryType::QT_UNSPECIFIED {
             select(query, &[], mask, sw_size)?;
@@ -324,7 +437,7 @@ impl DataPlane {
         // for an instance with reporters.
         let mut engine: Vec<Option<CacheLocation>> = Vec::new();
         let missing: Vec<usize> = (0..blocks.len()).filter(|&i| views[i].is_none()).collect();
-        if !missing.is_empty() && self.may_have_reporters(&inst.instance_id).await? {
+        if with_engine && !missing.is_empty() && self.may_have_reporters(&inst.instance_id).await? {
             let keys: Vec<i64> = missing.iter().map(|&i| blocks[i]).collect();
             let found = self.engine_locations(&inst.instance_id, &keys, spec_filter, self.report_settings).await?;
             engine = vec![None; blocks.len()];

@@ -85,8 +85,18 @@ impl DataPlane {
         DataPlane { report_settings, ..self }
     }
 
+    /// Records that the instance has engine reporters (this frontend just took their events).
+    pub(crate) fn saw_reporters(&self, instance_id: &str) {
+        let mut cache = self.reporters_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= KEYS_CACHED {
+            cache.clear();
+        }
+        cache.insert(instance_id.to_string(), (std::time::Instant::now(), true));
+    }
+
     /// Whether the instance may have engine reporters: looked up (`EXISTS`) at most once a
-    /// second per instance; a reporter's first blocks show in reads within that second.
+    /// second per instance; a reporter's first blocks show in reads within that second (at
+    /// once through the frontend that took its events).
     pub(crate) async fn may_have_reporters(&self, instance_id: &str) -> Result<bool> {
         const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
         if let Some((at, seen)) = self.reporters_seen.lock().unwrap_or_else(|e| e.into_inner()).get(instance_id)

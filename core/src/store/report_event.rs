@@ -365,6 +365,8 @@ impl DataPlane {
         argv.extend(args.iter().map(Vec::as_slice));
         let reply =
             self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine, &keys.engine_specs], &argv).await?;
+        // Reads through this frontend see the instance's reporters at once.
+        self.saw_reporters(&inst.instance_id);
         let mut it = reply.into_iter();
         let mut next = || it.next().ok_or_else(|| Error::internal("report_event: short reply"));
         let codes: Vec<u8> = redis::from_redis_value(next()?)?;
@@ -422,6 +424,26 @@ struct Reporter {
     epoch: u32,
     generation: u32,
     strict: bool,
+}
+
+impl Reporter {
+    fn storage_type(&self) -> StorageType {
+        if self.l2 { StorageType::ST_EVENT_REPORT_L2 } else { StorageType::ST_EVENT_REPORT_L1P5 }
+    }
+}
+
+/// Which live reporters hold each block of a read ([`DataPlane::engine_holders`]).
+pub(crate) struct EngineHolders {
+    reporters: std::collections::HashMap<u32, Reporter>,
+    /// Per block, in request order: (reporter index, medium id) of each visible record.
+    pub(crate) per_block: Vec<Vec<(u32, u8)>>,
+}
+
+impl EngineHolders {
+    /// Whether reporter `idx` is of the L2 tier, and its host.
+    pub(crate) fn tier_and_host(&self, idx: u32) -> Option<(bool, &str)> {
+        self.reporters.get(&idx).map(|r| (r.l2, r.host.as_str()))
+    }
 }
 
 /// Decodes a reporter record (`lua/report_event.lua`); `None` if malformed.
@@ -505,22 +527,17 @@ fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
 }
 
 impl DataPlane {
-    /// Engine-reported locations of `blocks` (getCacheLocation's view of the reported tiers): for
-    /// each block held by a live reporter in its current lifecycle and generation, one location —
-    /// an `ST_EVENT_REPORT_L2` one first (peers can fetch from it), then the smaller host — with
-    /// the reporter's specs (only those named in `spec_filter` when it is not empty) and, after a
-    /// snapshot, `s_version=<its committed version>` added to each URI (Tair's visibility token).
-    /// Two round trips: the reporters and the blocks' presence in one pipeline, then the specs.
-    pub async fn engine_locations(
+    /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
+    /// generation): `None` when it has no reporters. One round trip: the reporters and the
+    /// blocks' presence in one pipeline.
+    pub(crate) async fn engine_holders(
         &self,
         instance_id: &str,
         blocks: &[i64],
-        spec_filter: &[String],
         settings: ReportSettings,
-    ) -> Result<Vec<Option<crate::wire::CacheLocation>>> {
-        let mut out = vec![None; blocks.len()];
+    ) -> Result<Option<EngineHolders>> {
         if blocks.is_empty() {
-            return Ok(out);
+            return Ok(None);
         }
         let keys = self.keys(instance_id);
         let mut pipe = redis::pipe();
@@ -533,66 +550,95 @@ impl DataPlane {
         let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
             pipe.query_async(&mut self.conn()).await?;
         if all.is_empty() {
-            return Ok(out);
+            return Ok(None);
         }
         let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
         let reporters = reporters_by_index(&all, now_ms, settings.heartbeat_timeout_ms);
-        // Per block: the chosen (reporter index, medium id).
-        let mut chosen: Vec<(usize, u32, u8)> = Vec::new();
-        for (i, raw) in entries.iter().enumerate() {
-            let Some(raw) = raw else { continue };
-            let mut best: Option<(u32, u8)> = None;
-            for r in raw.chunks_exact(13) {
-                let idx = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-                let mut visible = false;
-                visible_records(r, &reporters, None, |_| visible = true);
-                if !visible {
-                    continue;
+        let per_block = entries
+            .iter()
+            .map(|raw| {
+                let mut held = Vec::new();
+                for r in raw.as_deref().unwrap_or_default().chunks_exact(13) {
+                    visible_records(r, &reporters, None, |idx| held.push((idx, r[12])));
                 }
-                let rank = |idx: u32| reporters.get(&idx).map(|r| (!r.l2, r.host.as_str()));
-                if best.is_none_or(|(b, _)| rank(idx) < rank(b)) {
-                    best = Some((idx, r[12]));
-                }
-            }
-            if let Some((idx, mid)) = best {
-                chosen.push((i, idx, mid));
-            }
-        }
-        if chosen.is_empty() {
-            return Ok(out);
+                held
+            })
+            .collect();
+        Ok(Some(EngineHolders { reporters, per_block }))
+    }
+
+    /// The locations of chosen holders: `(block, reporter index, medium id)` each, with the
+    /// reporter's specs (only those named in `spec_filter` when it is not empty) and, after a
+    /// generation started, `s_version=<its committed version>` on each URI (Tair's visibility
+    /// token). One HMGET of the specs.
+    pub(crate) async fn engine_location_of(
+        &self,
+        instance_id: &str,
+        holders: &EngineHolders,
+        picks: &[(i64, u32, u8)],
+        spec_filter: &[String],
+    ) -> Result<Vec<Option<crate::wire::CacheLocation>>> {
+        if picks.is_empty() {
+            return Ok(Vec::new());
         }
         let mut hmget = redis::cmd("HMGET");
-        hmget.arg(&keys.engine_specs);
-        for (i, idx, mid) in &chosen {
-            let mut field = block_field(blocks[*i]).to_vec();
+        hmget.arg(&self.keys(instance_id).engine_specs);
+        for (block, idx, mid) in picks {
+            let mut field = block_field(*block).to_vec();
             field.extend_from_slice(&idx.to_le_bytes());
             field.push(*mid);
             hmget.arg(field);
         }
         let specs: Vec<Option<Vec<u8>>> = hmget.query_async(&mut self.conn()).await?;
-        for ((i, idx, _), raw) in chosen.iter().zip(specs) {
-            let (Some(raw), Some(rep)) = (raw, reporters.get(idx)) else { continue };
-            let Some(specs) = decode_specs(&raw) else { continue };
-            let location_specs: Vec<LocationSpec> = specs
-                .into_iter()
-                .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
-                .map(|(name, mut uri)| {
-                    if !rep.version.is_empty() {
-                        uri.push(if uri.contains('?') { '&' } else { '?' });
-                        uri.push_str("s_version=");
-                        uri.push_str(&rep.version);
-                    }
-                    LocationSpec { name, uri }
+        Ok(picks
+            .iter()
+            .zip(specs)
+            .map(|((_, idx, _), raw)| {
+                let rep = holders.reporters.get(idx)?;
+                let location_specs: Vec<LocationSpec> = decode_specs(&raw?)?
+                    .into_iter()
+                    .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
+                    .map(|(name, mut uri)| {
+                        if !rep.version.is_empty() {
+                            uri.push(if uri.contains('?') { '&' } else { '?' });
+                            uri.push_str("s_version=");
+                            uri.push_str(&rep.version);
+                        }
+                        LocationSpec { name, uri }
+                    })
+                    .collect();
+                (!location_specs.is_empty()).then(|| crate::wire::CacheLocation {
+                    storage_type: rep.storage_type(),
+                    spec_size: location_specs.len() as i32,
+                    location_specs,
                 })
-                .collect();
-            if location_specs.is_empty() {
-                continue;
+            })
+            .collect())
+    }
+
+    /// Engine-reported locations of `blocks` (getCacheLocation's view of the reported tiers):
+    /// for each block a live reporter holds, one location — an `ST_EVENT_REPORT_L2` holder first
+    /// (peers can fetch from it), then the smaller host ([`Self::engine_location_of`]).
+    pub async fn engine_locations(
+        &self,
+        instance_id: &str,
+        blocks: &[i64],
+        spec_filter: &[String],
+        settings: ReportSettings,
+    ) -> Result<Vec<Option<crate::wire::CacheLocation>>> {
+        let mut out = vec![None; blocks.len()];
+        let Some(holders) = self.engine_holders(instance_id, blocks, settings).await? else { return Ok(out) };
+        let rank = |idx: &u32| holders.reporters.get(idx).map(|r| (!r.l2, r.host.clone()));
+        let mut at = Vec::new();
+        let mut picks = Vec::new();
+        for (i, held) in holders.per_block.iter().enumerate() {
+            if let Some((idx, mid)) = held.iter().min_by_key(|(idx, _)| rank(idx)) {
+                at.push(i);
+                picks.push((blocks[i], *idx, *mid));
             }
-            out[*i] = Some(crate::wire::CacheLocation {
-                storage_type: if rep.l2 { StorageType::ST_EVENT_REPORT_L2 } else { StorageType::ST_EVENT_REPORT_L1P5 },
-                spec_size: location_specs.len() as i32,
-                location_specs,
-            });
+        }
+        for (i, loc) in at.into_iter().zip(self.engine_location_of(instance_id, &holders, &picks, spec_filter).await?) {
+            out[i] = loc;
         }
         Ok(out)
     }

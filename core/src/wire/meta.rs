@@ -43,6 +43,58 @@ pub struct GetCacheLocationRequest {
     pub location_spec_names: Vec<String>,
 }
 
+crate::wire_enum! {
+    /// How `GetCacheLocationsByBackend` picks one of several holders of a block in a backend:
+    /// the one holding the longest run of the request's blocks from it (`LSS_V6D_PREFIX`), the
+    /// one holding the most of them (`LSS_V6D_COVERAGE`), or at random (`LSS_WEIGHTED_RANDOM`;
+    /// kvcm weighs holders equally). Unspecified: the prefix rule.
+    pub enum LocationSelectStrategy { LSS_UNSPECIFIED = 0, LSS_V6D_PREFIX = 1, LSS_V6D_COVERAGE = 2, LSS_WEIGHTED_RANDOM = 3 }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct BackendLocationSelector {
+    pub backend_type: super::common::StorageType,
+    pub strategy: LocationSelectStrategy,
+}
+
+/// `GetCacheLocationsByBackend`: getCacheLocation's fields, and which backends to answer from
+/// (none: every backend holding the block) with how to pick among several holders.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetCacheLocationsByBackendRequest {
+    pub trace_id: String,
+    pub instance_id: String,
+    pub query_type: QueryType,
+    #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
+    pub block_keys: Vec<i64>,
+    #[serde(with = "int64_vec")]
+    #[schema(value_type = Option<Vec<Int64>>)]
+    pub token_ids: Vec<i64>,
+    pub block_mask: Option<WireBlockMask>,
+    pub sw_size: i32,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub location_spec_names: Vec<String>,
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub backend_selectors: Vec<BackendLocationSelector>,
+}
+
+/// One block's locations, one per backend holding it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(default)]
+pub struct CacheLocationVector {
+    pub locations: Vec<CacheLocation>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
+pub struct GetCacheLocationsByBackendResponse {
+    pub key_locations: Vec<CacheLocationVector>,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct LocationsResponse {

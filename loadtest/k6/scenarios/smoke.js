@@ -83,6 +83,12 @@ function metaPlane(id, run) {
   check(reported, { 'reportEvent: every event OK, a generation started': (r) => r.item_results.length === 0 && r.committed_snapshot_version.length === 32 });
   const hosts = call('meta', 'getHostCacheState', { instance_id: id, query_type: 'QT_PREFIX_MATCH', block_cache_keys: keys }).reply;
   check(hosts, { 'getHostCacheState: the reporting host holds the first 2 blocks': (r) => r.hosts.length === 1 && r.hosts[0].local === '2' });
+  const byBackend = call('meta', 'getCacheLocationsByBackend', {
+    instance_id: id, query_type: 'QT_PREFIX_MATCH', block_keys: keys, backend_selectors: [{ backend_type: 'ST_EVENT_REPORT_L1P5' }],
+  }).reply;
+  check(byBackend, { 'getCacheLocationsByBackend: the reported engine tier holds the first 2 blocks': (r) => r.key_locations.length === 2 });
+  // The engine goes away: its blocks leave the answers at once (what follows reads kvcm's own).
+  call('meta', 'reportEvent', { instance_id: id, host_ip_port: host, storage_type: 'ST_EVENT_REPORT_L1P5', events: [{ event_type: 'EVENT_HOST_DOWN', host_down: {} }] });
   const meta = call('meta', 'getCacheMeta', { instance_id: id, block_keys: written, detail_level: 1 }).reply;
   check(meta, { 'getCacheMeta: 4 serving blocks': (r) => r.metas.length === 4 && r.metas.every((m) => m.includes('CLS_SERVING')) });
 
