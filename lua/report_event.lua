@@ -103,6 +103,8 @@ end
 -- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
 local pres, pdirty, had = {}, {}, {}
 local sset, sdel = {}, {}
+-- Specs a prepared batch stored as sent (field -> blob), for adds after it in the same batch.
+local fast = {}
 -- This reporter's record for a medium, and the tail of its specs fields, built once per
 -- (lifecycle, generation, medium) rather than per block.
 local recs, tails, r_idx, r_epoch, r_gen = {}, {}, -1, -1, -1
@@ -173,7 +175,7 @@ end
 -- The specs currently stored for a field (this request's pending write first).
 local function stored_specs(field)
   if sdel[field] then return nil end
-  return sset[field] or redis.call('HGET', SPC, field)
+  return sset[field] or fast[field] or redis.call('HGET', SPC, field)
 end
 -- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
 -- merged by name into what the current lifecycle reported before.
@@ -423,40 +425,58 @@ while i <= #ARGV do
     end
     i = i + count
   elseif kind == 'B' then
-    -- Adds the frontend prepared against the reporter's record (see the header): when no block
-    -- of the batch is held by anyone yet and the record is unchanged since the frontend read
-    -- it, the pairs are stored as sent, with no per-block Lua work; otherwise every add of the
-    -- batch goes through the single-add path.
+    -- Adds the frontend prepared against the reporter's record (see the header). When the
+    -- record is unchanged since the frontend read it, each block takes the cheapest path that
+    -- is exact: a block nobody holds is stored as sent (HSET, no per-block Lua work); a block
+    -- whose only record is this very one and whose stored specs are the ones sent (a re-add)
+    -- changes nothing; any other block — held by others too, touched earlier in the request,
+    -- twice in the batch, or with other specs to merge — goes through the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local count = tonumber(ev:sub(14))
     local P, Q = i + 1, i + 1 + 2 * count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
-    local fresh_all = same
+    generation()
+    -- The stored specs of the blocks whose only record is this one, in a few HMGETs.
+    local old = {}
     if same then
-      local batch = {}
+      local fields = {}
       for q = 0, count - 1 do
-        local key = ARGV[P + 2 * q]
-        -- A block held already, touched earlier in the request, or twice in the batch (two
-        -- media: one HSET field would keep only the last record) takes the per-add path.
-        if pres[key] or pdirty[key] or batch[key] then fresh_all = false break end
-        batch[key] = true
+        if pres[ARGV[P + 2 * q]] == ARGV[P + 2 * q + 1] then fields[#fields + 1] = ARGV[Q + 2 * q] end
+      end
+      for c = 1, #fields, 1000 do
+        local part = redis.call('HMGET', SPC, unpack(fields, c, math.min(c + 999, #fields)))
+        for q = 1, #part do old[fields[c + q - 1]] = part[q] end
       end
     end
-    if fresh_all then
-      for c = 0, count - 1, 500 do
-        local last = math.min(c + 499, count - 1)
-        redis.call('HSET', ENG, unpack(ARGV, P + 2 * c, P + 2 * last + 1))
-        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+    local eng, spc, batch = {}, {}, {}
+    local function store()
+      for c = 1, #eng, 1000 do
+        redis.call('HSET', ENG, unpack(eng, c, math.min(c + 999, #eng)))
+        redis.call('HSET', SPC, unpack(spc, c, math.min(c + 999, #spc)))
       end
-      for _ = 1, count do codes[#codes + 1] = 1 end
-      prepared = prepared + count
-    else
-      generation()
-      for q = 0, count - 1 do
-        local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
-        codes[#codes + 1] = put(key, record:byte(13), ARGV[Q + 2 * q + 1], false)
-      end
+      eng, spc = {}, {}
     end
+    for q = 0, count - 1 do
+      local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
+      local field, blob = ARGV[Q + 2 * q], ARGV[Q + 2 * q + 1]
+      local fresh = same and not batch[key] and not pdirty[key]
+      if fresh and not pres[key] then
+        eng[#eng + 1], eng[#eng + 2] = key, record
+        spc[#spc + 1], spc[#spc + 2] = field, blob
+        fast[field] = blob
+        -- Known from here on (a later add of this block in the request merges into it).
+        pres[key], had[key] = record, true
+        codes[#codes + 1] = 1
+        prepared = prepared + 1
+      elseif fresh and pres[key] == record and old[field] == blob and not sset[field] and not sdel[field] then
+        codes[#codes + 1] = 1
+        prepared = prepared + 1
+      else
+        codes[#codes + 1] = put(key, record:byte(13), blob, false)
+      end
+      batch[key] = true
+    end
+    store()
     i = i + 4 * count
     code = nil
   else

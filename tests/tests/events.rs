@@ -598,7 +598,16 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
     let keys: Vec<i64> = (1050..1100).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 50, 0, 50), ("b:1".into(), 50, 0, 50)]);
-    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 99.0, "a batch with held blocks merges them all");
+    assert_eq!(
+        api.metric("kvcm_engine_blocks_prepared_total").await,
+        149.0,
+        "the new half of the batch stored as prepared, the held half merged"
+    );
+    // The same batch again (a re-add, same specs): nothing to change, no block merged.
+    let before = presence(api, inst, 1149).await;
+    assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 199.0, "its 50 own blocks are unchanged");
+    assert_eq!(presence(api, inst, 1149).await, before);
     // The same blocks again with another spec: merged by spec name, not replaced.
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
     let specs = only_specs(api, inst, 1149).await;

@@ -15,7 +15,7 @@ use kvcm_core::mask::BlockMask;
 use kvcm_core::registry::Snapshot;
 use kvcm_core::registry::validate;
 use kvcm_core::wire::meta::*;
-use kvcm_core::wire::{Empty, InstanceInfo};
+use kvcm_core::wire::{Empty, InstanceInfo, StorageType};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,9 +97,15 @@ pub async fn get_cache_locations_by_backend(
             let mask = BlockMask::parse("block_mask", req.block_mask.as_ref(), blocks.len())?;
             let limits = s.registry.limits();
             limits.count("backend_selectors", req.backend_selectors.len(), 16, "16 (one per backend type)")?;
-            // Up to three locations per block: its storage's and one per engine tier.
-            limits
-                .response(blocks.len().saturating_mul(3), specs_per_location(&s, &inst, &req.location_spec_names)?)?;
+            // Per block: one location per storage type (one, usually) and one per engine tier asked.
+            let engine_tiers = [StorageType::ST_EVENT_REPORT_L1P5, StorageType::ST_EVENT_REPORT_L2]
+                .iter()
+                .filter(|t| {
+                    req.backend_selectors.is_empty() || req.backend_selectors.iter().any(|s| s.backend_type == **t)
+                })
+                .count();
+            let specs = specs_per_location(&s, &inst, &req.location_spec_names)?;
+            limits.response(blocks.len().saturating_mul(1 + engine_tiers), specs)?;
             let t = Instant::now();
             let (key_locations, stats) = s
                 .data

@@ -309,21 +309,33 @@ impl DataPlane {
         }
         let wanted = |t: StorageType| selectors.is_empty() || selectors.iter().any(|s| s.backend_type == t);
         let strategy = |t: StorageType| selectors.iter().find(|s| s.backend_type == t).map(|s| s.strategy);
-        // kvcm's own locations: one per block, a placeholder where no storage holds it.
-        let mut sink = Built { out: Vec::new(), inst, filter: spec_filter };
-        let all = BlockMask::Offset(0);
-        self.lookup(snap, inst, QueryType::QT_BATCH_GET, blocks, &all, 0, spec_filter, &mut sink, false).await?;
-        let mut per_block: Vec<Vec<CacheLocation>> =
-            sink.out
-                .into_iter()
-                .map(|l| {
-                    if l.storage_type != StorageType::ST_UNSPECIFIED && wanted(l.storage_type) {
-                        vec![l]
-                    } else {
-                        vec![]
+        // kvcm's own locations: one per storage type serving the block (a usable storage first).
+        let records = self.records(&self.keys(&inst.instance_id), blocks).await?;
+        let mut per_block: Vec<Vec<CacheLocation>> = Vec::with_capacity(blocks.len());
+        let mut children: Vec<Option<u16>> = Vec::with_capacity(blocks.len());
+        {
+            let lookup = |id: u16| storage_of(snap, id);
+            let mut builder = backend::LocationBuilder::new(&lookup, inst, spec_filter);
+            for (i, r) in records.iter().enumerate() {
+                let mut here: Vec<CacheLocation> = Vec::new();
+                let rec = r.and_then(super::record::BlockRecord::decode);
+                if let Some(rec) = &rec {
+                    let usable = |id: u16| storage_of(snap, id).is_some_and(|s| s.is_available && s.is_healthy);
+                    let mut serving: Vec<&Location> =
+                        rec.locations.iter().filter(|l| l.state == super::record::LocState::Serving).collect();
+                    serving.sort_by_key(|l| !usable(l.storage));
+                    for loc in serving {
+                        let Some(t) = storage_of(snap, loc.storage).map(backend::storage_type) else { continue };
+                        if wanted(t) && !here.iter().any(|h| h.storage_type == t) {
+                            here.extend(builder.build(blocks[i], loc));
+                        }
                     }
-                })
-                .collect();
+                }
+                children.push(rec.filter(|_| !here.is_empty()).map(|r| r.children));
+                per_block.push(here);
+            }
+        }
+        drop(records);
         // The engine-reported tiers: one holder per block and tier.
         let tiers = [(false, StorageType::ST_EVENT_REPORT_L1P5), (true, StorageType::ST_EVENT_REPORT_L2)];
         if tiers.iter().any(|(_, t)| wanted(*t))
@@ -342,13 +354,15 @@ impl DataPlane {
             for (l2, tier) in tiers.into_iter().filter(|(_, t)| wanted(*t)) {
                 let strategy = strategy(tier).unwrap_or(Lss::LSS_UNSPECIFIED);
                 for (i, held) in holders.per_block.iter().enumerate() {
-                    let candidates: Vec<(u32, u8, &str)> = held
+                    let mut candidates: Vec<(u32, u8, &str)> = held
                         .iter()
                         .filter_map(|(idx, mid)| {
                             let (is_l2, host) = holders.tier_and_host(*idx)?;
                             (is_l2 == l2).then_some((*idx, *mid, host))
                         })
                         .collect();
+                    // One candidate per holder (a host holding it in two media counts once).
+                    candidates.dedup_by_key(|(idx, _, _)| *idx);
                     let pick = match strategy {
                         _ if candidates.is_empty() => None,
                         Lss::LSS_WEIGHTED_RANDOM => Some(candidates[fastrand::usize(..candidates.len())]),
@@ -378,6 +392,15 @@ impl DataPlane {
         }
         let hits: Vec<bool> = per_block.iter().map(|v| !v.is_empty()).collect();
         let selection = select(query, &hits, mask, sw_size)?;
+        // Recency: the deepest block returned that kvcm's storage holds.
+        let returned: Vec<usize> = match &selection {
+            Selection::Prefix(idx) => idx.clone(),
+            Selection::Each => (0..blocks.len()).collect(),
+            Selection::Window(s, e) => (*s..*e).collect(),
+        };
+        if let Some(&i) = returned.iter().rev().find(|&&i| children[i].is_some()) {
+            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0));
+        }
         let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
         let out: Vec<_> = match selection {
             Selection::Prefix(idx) => idx.into_iter().map(|i| vector(std::mem::take(&mut per_block[i]))).collect(),

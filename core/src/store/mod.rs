@@ -104,14 +104,21 @@ impl DataPlane {
         {
             return Ok(*seen);
         }
+        let asked = std::time::Instant::now();
         let seen: bool =
             redis::cmd("EXISTS").arg(&self.keys(instance_id).reporters).query_async(&mut self.conn()).await?;
         let mut cache = self.reporters_seen.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= KEYS_CACHED {
             cache.clear();
         }
-        cache.insert(instance_id.to_string(), (std::time::Instant::now(), seen));
-        Ok(seen)
+        // A `saw_reporters` that landed while EXISTS was in flight is newer: keep it.
+        match cache.get(instance_id) {
+            Some((at, true)) if *at > asked => Ok(true),
+            _ => {
+                cache.insert(instance_id.to_string(), (asked, seen));
+                Ok(seen)
+            }
+        }
     }
 
     /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).

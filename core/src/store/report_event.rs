@@ -417,7 +417,7 @@ impl DataPlane {
 struct Reporter {
     host: String,
     l2: bool,
-    /// Its committed snapshot version (32 hex), empty before its first snapshot.
+    /// Its generation's version (32 hex; the first add starts a generation), empty before.
     version: String,
     /// Live: active, heard from within the heartbeat timeout.
     live: bool,
@@ -510,6 +510,20 @@ fn reporters_by_index(
     reporters
 }
 
+/// `uri` with `s_version=<version>` in its query (before any `#fragment`), as Tair answers
+/// engine-reported URIs; unchanged while the reporter has no generation.
+fn with_s_version(uri: String, version: &str) -> String {
+    if version.is_empty() {
+        return uri;
+    }
+    let (base, fragment) = match uri.split_once('#') {
+        Some((b, f)) => (b.to_string(), format!("#{f}")),
+        None => (uri, String::new()),
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}s_version={version}{fragment}")
+}
+
 /// Decodes a specs value (`count u8 | (name length u8 | name | uri length u16 LE | uri)*`).
 fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
     let (&n, mut rest) = raw.split_first()?;
@@ -598,16 +612,11 @@ impl DataPlane {
                 let location_specs: Vec<LocationSpec> = decode_specs(&raw?)?
                     .into_iter()
                     .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
-                    .map(|(name, mut uri)| {
-                        if !rep.version.is_empty() {
-                            uri.push(if uri.contains('?') { '&' } else { '?' });
-                            uri.push_str("s_version=");
-                            uri.push_str(&rep.version);
-                        }
-                        LocationSpec { name, uri }
-                    })
+                    .map(|(name, uri)| LocationSpec { name, uri: with_s_version(uri, &rep.version) })
                     .collect();
-                (!location_specs.is_empty()).then(|| crate::wire::CacheLocation {
+                // A filter that keeps none of its specs still answers the block (as kvcm's own
+                // locations do): the engine holds it.
+                Some(crate::wire::CacheLocation {
                     storage_type: rep.storage_type(),
                     spec_size: location_specs.len() as i32,
                     location_specs,
