@@ -695,24 +695,65 @@ impl DataPlane {
         // held in L2. One byte per host and block, only for hosts holding something.
         const OWN: u8 = 1;
         const L2: u8 = 2;
-        let mut held: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        // The hot loop reads every record of every block (hosts × blocks): live reporters by
+        // index in a table (indexes are small and dense), each with its host's slot, and the
+        // wanted media in a 256-entry mask — no hashing per record.
+        let mut slots: BTreeMap<&str, usize> = BTreeMap::new();
+        struct Live {
+            slot: usize,
+            bits: u8,
+            epoch: u32,
+            generation: u32,
+            strict: bool,
+        }
+        let mut by_idx: HashMap<u32, Live> = HashMap::new();
+        for (idx, r) in &reporters {
+            if r.live {
+                let n = slots.len();
+                let slot = *slots.entry(r.host.as_str()).or_insert(n);
+                let bits = if r.l2 { OWN | L2 } else { OWN };
+                by_idx.insert(*idx, Live { slot, bits, epoch: r.epoch, generation: r.generation, strict: r.strict });
+            }
+        }
+        let dense = by_idx.keys().max().is_some_and(|m| *m < 1 << 20);
+        let mut table: Vec<Option<&Live>> = Vec::new();
+        if dense {
+            table.resize(by_idx.keys().max().map_or(0, |m| *m as usize + 1), None);
+            for (idx, l) in &by_idx {
+                table[*idx as usize] = Some(l);
+            }
+        }
+        let lookup = |idx: u32| if dense { table.get(idx as usize).copied().flatten() } else { by_idx.get(&idx) };
+        let mut medium_ok = [wanted.is_none(); 256];
+        for m in wanted.iter().flatten() {
+            medium_ok[*m as usize] = true;
+        }
+        let mut flags: Vec<Vec<u8>> = vec![Vec::new(); slots.len()];
         let mut reach = 0;
         for (i, raw) in entries.iter().enumerate() {
             let mut any = false;
-            if let Some(raw) = raw {
-                visible_records(raw, &reporters, wanted.as_ref(), |idx| {
-                    let r = &reporters[&idx];
-                    let flags = held.entry(r.host.as_str()).or_default();
-                    flags.resize(i + 1, 0);
-                    flags[i] |= if r.l2 { OWN | L2 } else { OWN };
-                    any = true;
-                });
+            for r in raw.as_deref().unwrap_or_default().chunks_exact(13) {
+                let Some(l) = lookup(u32::from_le_bytes([r[0], r[1], r[2], r[3]])) else { continue };
+                let epoch = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
+                let generation = u32::from_le_bytes([r[8], r[9], r[10], r[11]]);
+                if epoch != l.epoch || (l.strict && generation != l.generation) || !medium_ok[r[12] as usize] {
+                    continue;
+                }
+                let f = &mut flags[l.slot];
+                if f.is_empty() {
+                    f.resize(entries.len(), 0);
+                }
+                f[i] |= l.bits;
+                any = true;
             }
             if !any {
                 break;
             }
             reach = i + 1;
         }
+        // Hosts in name order, with what they hold.
+        let held: Vec<(&str, &Vec<u8>)> =
+            slots.iter().map(|(host, slot)| (*host, &flags[*slot])).filter(|(_, f)| !f.is_empty()).collect();
         let at = |flags: &Vec<u8>, i: usize| flags.get(i).copied().unwrap_or(0);
         let mut out = Vec::new();
         for (host, own) in &held {
