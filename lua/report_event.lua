@@ -448,6 +448,27 @@ while i <= #ARGV do
         for q = 1, #part do old[fields[c + q - 1]] = part[q] end
       end
     end
+    -- The common case first: every block new, distinct, untouched — stored straight from the
+    -- arguments (no per-block table work).
+    local all_new = same
+    if same then
+      local batch = {}
+      for q = 0, count - 1 do
+        local key = ARGV[P + 2 * q]
+        if pres[key] or pdirty[key] or batch[key] then all_new = false break end
+        batch[key] = true
+      end
+    end
+    if all_new then
+      for c = 0, count - 1, 500 do
+        local last = math.min(c + 499, count - 1)
+        redis.call('HSET', ENG, unpack(ARGV, P + 2 * c, P + 2 * last + 1))
+        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+      end
+      for _ = 1, count do codes[#codes + 1] = 1 end
+      prepared = prepared + count
+    end
+    local todo = all_new and 0 or count
     local eng, spc, batch = {}, {}, {}
     local function store()
       for c = 1, #eng, 1000 do
@@ -456,7 +477,7 @@ while i <= #ARGV do
       end
       eng, spc = {}, {}
     end
-    for q = 0, count - 1 do
+    for q = 0, todo - 1 do
       local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
       local field, blob = ARGV[Q + 2 * q], ARGV[Q + 2 * q + 1]
       local fresh = same and not batch[key] and not pdirty[key]
