@@ -742,3 +742,57 @@ async fn get_cache_locations_by_backend_answers_one_location_per_backend_and_pic
     let batch = by("QT_BATCH_GET", vec![9, 1], l2).await;
     assert_eq!(batch[0], Vec::<String>::new(), "a miss is an empty vector: {batch:?}");
 }
+
+/// Tair's event-report storages: `event_report` storages (`ST_EVENT_REPORT_L1P5` / `_L2`) with
+/// a tier's liveness settings, routed by the group's `event_report_storage_candidates`.
+#[tokio::test]
+async fn event_report_storages_route_a_groups_tiers_and_set_their_liveness() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let storage = |name: &str, tier: Value, hb: i64| {
+        json!({"storage": {"global_unique_name": name, "storage_type": tier,
+               "event_report": {"heartbeat_timeout_ms": hb, "cleanup_grace_ms": 5000, "liveness_check_interval_ms": 200}}})
+    };
+    assert_ok(&api.admin("addStorage", storage("er_l1p5", json!("ST_EVENT_REPORT_L1P5"), 800)).await);
+    assert_err(
+        &api.admin("addStorage", storage("er_bad", json!("ST_NFS"), 800)).await,
+        "INVALID_ARGUMENT",
+        "storage_type",
+    );
+    assert_err(
+        &api.admin("addStorage", storage("er_bad", json!("ST_EVENT_REPORT_L2"), -1)).await,
+        "INVALID_ARGUMENT",
+        "heartbeat_timeout_ms",
+    );
+    let mismatched =
+        json!({"storage": {"global_unique_name": "x", "storage_type": "ST_MOONCAKE", "nfs": {"root_path": "/tmp/x"}}});
+    assert_err(&api.admin("addStorage", mismatched).await, "INVALID_ARGUMENT", "does not match");
+    let (_, listed) = api.admin("listStorage", json!({})).await;
+    let types: Vec<(&str, &str)> = listed["storage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["global_unique_name"].as_str().unwrap(), s["storage_type"].as_str().unwrap()))
+        .collect();
+    assert!(types.contains(&("er_l1p5", "ST_EVENT_REPORT_L1P5")) && types.contains(&("files", "ST_NFS")), "{types:?}");
+
+    // The group routes L1P5 to it: its 800 ms heartbeat timeout applies (the config's is 30 s).
+    let (_, g) = api.admin("getInstanceGroup", json!({"name": "g"})).await;
+    let mut group = g["instance_group"].clone();
+    group["event_report_storage_candidates"] = json!(["er_l1p5"]);
+    group["version"] = json!(2);
+    assert_ok(&api.admin("updateInstanceGroup", json!({"instance_group": group, "current_version": 1})).await);
+    let r =
+        report(api, inst, "ST_EVENT_REPORT_L1P5", "h:1", vec![heartbeat(), add(7, "gpu", &[("tp0", &uri("h:1", 7))])])
+            .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[7], &[]).await.len(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(hosts(api, inst, &[7], &[]).await, vec![], "silent past the storage's 800 ms: hidden");
+    // A tier the group does not route is refused; so is a disabled storage's.
+    let r = report(api, inst, "ST_EVENT_REPORT_L2", "h:1", vec![heartbeat()]).await;
+    assert_err(&(200, r), "INVALID_ARGUMENT", "no event-report storage of type ST_EVENT_REPORT_L2");
+    assert_ok(&api.admin("disableStorage", json!({"storage_unique_name": "er_l1p5"})).await);
+    let r = report(api, inst, "ST_EVENT_REPORT_L1P5", "h:1", vec![heartbeat()]).await;
+    assert_err(&(200, r), "INVALID_ARGUMENT", "disabled");
+}

@@ -8,6 +8,8 @@
 //! forgotten (`lua/reap_reporters.lua`).
 
 use crate::Worker;
+use kvcm_core::store::report_event::settings_for;
+use kvcm_core::wire::StorageType;
 
 /// Blocks checked per instance and step.
 const BATCH: usize = 256;
@@ -23,9 +25,22 @@ pub struct Cursor {
 }
 
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
-    let grace = w.config.event_report_cleanup_grace_ms;
     let now = std::time::Instant::now();
     for instance in crate::discovery::instances(w) {
+        // The longer of the instance's two tiers' graces (their event-report storages', or the
+        // config key's): a reporter is forgotten only once neither tier could still want it.
+        let snap = w.registry.snapshot();
+        let defaults = w.config.report_settings();
+        let grace = match snap.instances.get(&instance) {
+            Some(inst) => [StorageType::ST_EVENT_REPORT_L1P5, StorageType::ST_EVENT_REPORT_L2]
+                .into_iter()
+                .map(|t| {
+                    settings_for(&snap, &inst.instance_group_name, t, defaults).unwrap_or(defaults).cleanup_grace_ms
+                })
+                .max()
+                .unwrap_or(defaults.cleanup_grace_ms),
+            None => defaults.cleanup_grace_ms,
+        };
         let at = w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).get(&instance).copied();
         if at.is_some_and(|c| c.not_before > now) {
             continue;

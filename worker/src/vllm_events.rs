@@ -379,7 +379,14 @@ async fn report(w: &Worker, e: &Engine, inst: &InstanceInfo, items: Vec<EventIte
             events: rest[..n].to_vec(),
             storage_type: e.storage_type,
         };
-        let out = data.report_event(inst, &req, w.config.report_settings(), limits).await?;
+        let snap = w.registry.snapshot();
+        let settings = kvcm_core::store::report_event::settings_for(
+            &snap,
+            &inst.instance_group_name,
+            e.storage_type,
+            w.config.report_settings(),
+        )?;
+        let out = data.report_event(inst, &req, settings, limits).await?;
         for (i, code) in out.codes.iter().enumerate().filter(|(_, c)| **c != StatusCode::OK) {
             let why = out.reasons.get(i).cloned().flatten().unwrap_or_default();
             let kind = req.events[i].event_type;

@@ -9,7 +9,9 @@ use crate::state::AppState;
 use axum::extract::State;
 use kvcm_core::error::Error;
 use kvcm_core::store::get_cache_location::QueryType;
+use kvcm_core::store::report_event::{liveness, settings_for};
 use kvcm_core::wire::StatusCode;
+use kvcm_core::wire::StorageType;
 use kvcm_core::wire::meta::*;
 use std::time::Instant;
 
@@ -22,7 +24,17 @@ pub async fn report_event(
         async {
             let (_, inst) = super::cache::instance(&s, &caller, &req.instance_id).await?;
             let t = Instant::now();
-            let out = s.data.report_event(&inst, &req, s.config.report_settings(), s.registry.limits()).await?;
+            // The tier's settings: its event-report storage's, when the group routes the tier.
+            let settings = match req.storage_type {
+                StorageType::ST_EVENT_REPORT_L1P5 | StorageType::ST_EVENT_REPORT_L2 => settings_for(
+                    &s.registry.snapshot(),
+                    &inst.instance_group_name,
+                    req.storage_type,
+                    s.config.report_settings(),
+                )?,
+                _ => s.config.report_settings(),
+            };
+            let out = s.data.report_event(&inst, &req, settings, s.registry.limits()).await?;
             s.metrics.data_op("report_event", t.elapsed());
             s.metrics.engine_blocks_prepared.inc_by(out.prepared);
             let failed = out.codes.iter().position(|c| *c != StatusCode::OK);
@@ -73,7 +85,12 @@ pub async fn get_host_cache_state(
             let t = Instant::now();
             let hosts = s
                 .data
-                .host_cache_state(&inst.instance_id, &req.block_cache_keys, &req.medium, s.config.report_settings())
+                .host_cache_state(
+                    &inst.instance_id,
+                    &req.block_cache_keys,
+                    &req.medium,
+                    liveness(&s.registry.snapshot(), &inst.instance_group_name, s.config.report_settings()),
+                )
                 .await?;
             s.metrics.data_op("host_cache_state", t.elapsed());
             Ok(GetHostCacheStateResponse { hosts })

@@ -1,7 +1,7 @@
 //! Storage backends (DESIGN §5): how a location on a storage becomes URIs, and how the worker
 //! deletes a block there and probes the storage's health, each under a timeout. One
 //! [`StorageBackend`] per kind of storage, each in its own file (`file.rs`, `mooncake.rs`,
-//! `mem_pool.rs`):
+//! `mem_pool.rs`, `event_report.rs`):
 //!
 //! * `file` (NFS, local disk, EFS, Lustre): `file://<name><root_path><instance>/<spec>/<hex key>?size=n`
 //! * `hf3fs` (3FS mount): the same layout under `<mountpoint><root_dir>`, scheme `hf3fs`
@@ -47,6 +47,7 @@
 //! fails or panics: every function is pure.
 //! See docs/data-plane.md ("Paths of file-like storages").
 
+pub mod event_report;
 pub mod file;
 pub mod mem_pool;
 pub mod mooncake;
@@ -200,6 +201,8 @@ impl Backend {
             Box::new(file::FileBackend::hf3fs(format!("{}{}", t.mountpoint, t.root_dir), per(t.key_count_per_file)))
         } else if cfg.mooncake.is_some() {
             Box::new(mooncake::MooncakeBackend)
+        } else if cfg.event_report.is_some() {
+            Box::new(event_report::EventReportBackend)
         } else {
             Box::new(mem_pool::MemPoolBackend)
         })

@@ -284,6 +284,12 @@ impl Registry {
         for (name, s) in snap.storages.iter_mut() {
             s.is_available = !disabled.contains(name);
             s.is_healthy = !unhealthy.contains(name);
+            // Stored before kvcm answered `storage_type`: the spec's.
+            if s.declared_type == crate::wire::StorageType::ST_UNSPECIFIED
+                && let Some(t) = s.storage_type()
+            {
+                s.declared_type = t;
+            }
         }
         let mut it = ids.into_iter();
         while let (Some(name), Some(id)) = (it.next(), it.next()) {

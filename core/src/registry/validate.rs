@@ -125,11 +125,39 @@ pub fn storage(limits: &Limits, cfg: &mut StorageConfig) -> Result<()> {
     for (field, v) in storage_strings(cfg) {
         limits.string(&format!("storage.{field}"), v)?;
     }
-    let Some(_) = cfg.storage_type() else {
+    let Some(derived) = cfg.storage_type() else {
         return Err(Error::invalid(
-            "storage must set exactly one of nfs, threefs, mooncake, tair_mem_pool, vcnsthreefs, local",
+            "storage must set exactly one of nfs, threefs, mooncake, tair_mem_pool, vcnsthreefs, local, event_report",
         ));
     };
+    if let Some(er) = &cfg.event_report {
+        if !matches!(cfg.declared_type, StorageType::ST_EVENT_REPORT_L1P5 | StorageType::ST_EVENT_REPORT_L2) {
+            return Err(Error::invalid(
+                "storage.storage_type must be ST_EVENT_REPORT_L1P5 or ST_EVENT_REPORT_L2 for an event_report storage",
+            ));
+        }
+        const DAY_MS: i64 = 86_400_000;
+        for (field, v) in [
+            ("heartbeat_timeout_ms", er.heartbeat_timeout_ms),
+            ("cleanup_grace_ms", er.cleanup_grace_ms),
+            ("liveness_check_interval_ms", er.liveness_check_interval_ms),
+            ("snapshot_min_interval_ms", er.snapshot_min_interval_ms),
+            ("snapshot_delta_drain_timeout_ms", er.snapshot_delta_drain_timeout_ms),
+        ] {
+            if !(0..=DAY_MS).contains(&v) {
+                return Err(Error::invalid(format!(
+                    "storage.event_report.{field} must be within 0..={DAY_MS} ms (0: kvcm's default), got {v}"
+                )));
+            }
+        }
+    } else if cfg.declared_type != StorageType::ST_UNSPECIFIED && cfg.declared_type != derived {
+        return Err(Error::invalid(format!(
+            "storage.storage_type {} does not match the storage spec ({derived})",
+            cfg.declared_type
+        )));
+    } else {
+        cfg.declared_type = derived;
+    }
     cfg.is_available = true;
     cfg.is_healthy = true;
     let abs_dir = |field: &str, v: &mut String| -> Result<()> {
@@ -337,6 +365,19 @@ pub fn group(limits: &Limits, g: &InstanceGroup) -> Result<String> {
         name(limits, "instance_group.storage_candidates[]", c)?;
         if !seen.insert(c) {
             return Err(Error::invalid(format!("instance_group.storage_candidates lists \"{c}\" twice")));
+        }
+    }
+    limits.count(
+        "instance_group.event_report_storage_candidates",
+        g.event_report_storage_candidates.len(),
+        limits.max_list_items,
+        "max_list_items",
+    )?;
+    let mut seen = HashSet::new();
+    for c in &g.event_report_storage_candidates {
+        name(limits, "instance_group.event_report_storage_candidates[]", c)?;
+        if !seen.insert(c) {
+            return Err(Error::invalid(format!("instance_group.event_report_storage_candidates lists \"{c}\" twice")));
         }
     }
     if g.max_instance_count < 0 {

@@ -340,7 +340,13 @@ impl DataPlane {
         let tiers = [(false, StorageType::ST_EVENT_REPORT_L1P5), (true, StorageType::ST_EVENT_REPORT_L2)];
         if tiers.iter().any(|(_, t)| wanted(*t))
             && self.may_have_reporters(&inst.instance_id).await?
-            && let Some(holders) = self.engine_holders(&inst.instance_id, blocks, self.report_settings).await?
+            && let Some(holders) = self
+                .engine_holders(
+                    &inst.instance_id,
+                    blocks,
+                    super::report_event::liveness(snap, &inst.instance_group_name, self.report_settings),
+                )
+                .await?
         {
             // Per reporter: which blocks it holds.
             let mut holds: std::collections::HashMap<u32, Vec<bool>> = std::collections::HashMap::new();
@@ -462,7 +468,8 @@ impl DataPlane {
         let missing: Vec<usize> = (0..blocks.len()).filter(|&i| views[i].is_none()).collect();
         if with_engine && !missing.is_empty() && self.may_have_reporters(&inst.instance_id).await? {
             let keys: Vec<i64> = missing.iter().map(|&i| blocks[i]).collect();
-            let found = self.engine_locations(&inst.instance_id, &keys, spec_filter, self.report_settings).await?;
+            let liveness = super::report_event::liveness(snap, &inst.instance_group_name, self.report_settings);
+            let found = self.engine_locations(&inst.instance_id, &keys, spec_filter, liveness).await?;
             engine = vec![None; blocks.len()];
             for (&i, loc) in missing.iter().zip(found) {
                 hits[i] = loc.is_some();

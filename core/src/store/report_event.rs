@@ -42,6 +42,69 @@ pub struct ReportSettings {
     pub snapshot_min_interval_ms: u64,
 }
 
+/// How long each tier's reporters stay live without a heartbeat (reads apply it).
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    pub l1p5_ms: u64,
+    pub l2_ms: u64,
+}
+
+/// The settings of `tier`'s reporters of instances of `group`: the group's event-report storage
+/// of that tier (`event_report_storage_candidates`; its zero fields fall back to `defaults`), or
+/// `defaults` when the group lists none. A group that lists some but none of this tier, two of
+/// it, or a disabled one refuses the tier's events (Tair's routing).
+pub fn settings_for(
+    snap: &crate::registry::Snapshot,
+    group: &str,
+    tier: StorageType,
+    defaults: ReportSettings,
+) -> Result<ReportSettings> {
+    let Some(g) = snap.groups.get(group) else { return Ok(defaults) };
+    if g.event_report_storage_candidates.is_empty() {
+        return Ok(defaults);
+    }
+    let matching: Vec<&crate::wire::admin::StorageConfig> = g
+        .event_report_storage_candidates
+        .iter()
+        .filter_map(|name| snap.storages.get(name))
+        .filter(|s| s.event_report.is_some() && s.declared_type == tier)
+        .collect();
+    let cfg = match matching.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(Error::invalid(format!(
+                "instance group '{group}' has no event-report storage of type {tier} among its \
+                 event_report_storage_candidates"
+            )));
+        }
+        _ => {
+            return Err(Error::invalid(format!(
+                "instance group '{group}' lists several event-report storages of type {tier}; keep one"
+            )));
+        }
+    };
+    if !cfg.is_available {
+        return Err(Error::invalid(format!(
+            "event-report storage '{}' is disabled (enableStorage)",
+            cfg.global_unique_name
+        )));
+    }
+    let spec = cfg.event_report.clone().unwrap_or_default();
+    let or = |v: i64, d: u64| if v > 0 { v as u64 } else { d };
+    Ok(ReportSettings {
+        heartbeat_timeout_ms: or(spec.heartbeat_timeout_ms, defaults.heartbeat_timeout_ms),
+        cleanup_grace_ms: or(spec.cleanup_grace_ms, defaults.cleanup_grace_ms),
+        snapshot_min_interval_ms: or(spec.snapshot_min_interval_ms, defaults.snapshot_min_interval_ms),
+    })
+}
+
+/// Each tier's heartbeat timeout for reads of `group`'s instances (`defaults` where a tier has no
+/// usable event-report storage).
+pub fn liveness(snap: &crate::registry::Snapshot, group: &str, defaults: ReportSettings) -> Liveness {
+    let of = |tier| settings_for(snap, group, tier, defaults).unwrap_or(defaults).heartbeat_timeout_ms;
+    Liveness { l1p5_ms: of(StorageType::ST_EVENT_REPORT_L1P5), l2_ms: of(StorageType::ST_EVENT_REPORT_L2) }
+}
+
 impl Default for ReportSettings {
     fn default() -> Self {
         ReportSettings { heartbeat_timeout_ms: 30_000, cleanup_grace_ms: 300_000, snapshot_min_interval_ms: 30_000 }
@@ -447,9 +510,10 @@ impl EngineHolders {
 }
 
 /// Decodes a reporter record (`lua/report_event.lua`); `None` if malformed.
-fn reporter(id: &[u8], raw: &[u8], now_ms: f64, timeout_ms: u64) -> Option<Reporter> {
+fn reporter(id: &[u8], raw: &[u8], now_ms: f64, liveness: Liveness) -> Option<Reporter> {
     let id = std::str::from_utf8(id).ok()?;
     let (tier, host) = id.split_once('|')?;
+    let timeout_ms = if tier == "L2" { liveness.l2_ms } else { liveness.l1p5_ms };
     // state c1 | idx u32 | epoch u32 | heartbeat f64 | snapshot f64 | generation u32 | strict c1
     let state = *raw.first()?;
     let epoch = u32::from_le_bytes(raw.get(5..9)?.try_into().ok()?);
@@ -494,7 +558,7 @@ fn visible_records(
 fn reporters_by_index(
     all: &[(Vec<u8>, Vec<u8>)],
     now_ms: f64,
-    timeout_ms: u64,
+    liveness: Liveness,
 ) -> std::collections::HashMap<u32, Reporter> {
     let records: std::collections::HashMap<&[u8], &[u8]> =
         all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
@@ -503,7 +567,7 @@ fn reporters_by_index(
         let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok()) else {
             continue;
         };
-        if let Some(r) = records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, timeout_ms)) {
+        if let Some(r) = records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, liveness)) {
             reporters.insert(idx, r);
         }
     }
@@ -548,7 +612,7 @@ impl DataPlane {
         &self,
         instance_id: &str,
         blocks: &[i64],
-        settings: ReportSettings,
+        liveness: Liveness,
     ) -> Result<Option<EngineHolders>> {
         if blocks.is_empty() {
             return Ok(None);
@@ -567,7 +631,7 @@ impl DataPlane {
             return Ok(None);
         }
         let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
-        let reporters = reporters_by_index(&all, now_ms, settings.heartbeat_timeout_ms);
+        let reporters = reporters_by_index(&all, now_ms, liveness);
         let per_block = entries
             .iter()
             .map(|raw| {
@@ -633,10 +697,10 @@ impl DataPlane {
         instance_id: &str,
         blocks: &[i64],
         spec_filter: &[String],
-        settings: ReportSettings,
+        liveness: Liveness,
     ) -> Result<Vec<Option<crate::wire::CacheLocation>>> {
         let mut out = vec![None; blocks.len()];
-        let Some(holders) = self.engine_holders(instance_id, blocks, settings).await? else { return Ok(out) };
+        let Some(holders) = self.engine_holders(instance_id, blocks, liveness).await? else { return Ok(out) };
         let rank = |idx: &u32| holders.reporters.get(idx).map(|r| (!r.l2, r.host.clone()));
         let mut at = Vec::new();
         let mut picks = Vec::new();
@@ -661,7 +725,7 @@ impl DataPlane {
         instance_id: &str,
         blocks: &[i64],
         mediums: &[String],
-        settings: ReportSettings,
+        liveness: Liveness,
     ) -> Result<Vec<crate::wire::meta::HostCacheMatch>> {
         use std::collections::{BTreeMap, HashMap};
         if blocks.is_empty() {
@@ -690,7 +754,7 @@ impl DataPlane {
                 .collect()
         });
         // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
-        let reporters = reporters_by_index(&all, now_ms, settings.heartbeat_timeout_ms);
+        let reporters = reporters_by_index(&all, now_ms, liveness);
         // Per host, per block up to the first block nobody holds: bit 0 held (any tier), bit 1
         // held in L2. One byte per host and block, only for hosts holding something.
         const OWN: u8 = 1;

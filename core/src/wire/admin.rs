@@ -16,6 +16,31 @@ pub struct LocalStorageSpec {
     pub path: String,
 }
 
+/// Tair's `EventReportStorageSpec`: a backend that takes ReportEvent for one engine tier (the
+/// storage's `storage_type`, `ST_EVENT_REPORT_L1P5` or `_L2`), with that tier's liveness and
+/// snapshot settings (0: kvcm's `event_report_*` config keys).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+#[serde(default)]
+pub struct EventReportStorageSpec {
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub heartbeat_timeout_ms: i64,
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub cleanup_grace_ms: i64,
+    /// Accepted and echoed: kvcm checks liveness at read time, it has no checking loop.
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub liveness_check_interval_ms: i64,
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub snapshot_min_interval_ms: i64,
+    /// Accepted and echoed: a kvcm snapshot is one atomic script, there is nothing to drain.
+    #[serde(with = "int64")]
+    #[schema(value_type = Int64)]
+    pub snapshot_delta_drain_timeout_ms: i64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(default)]
 pub struct NfsStorageSpec {
@@ -81,7 +106,13 @@ pub struct StorageConfig {
     pub nfs: Option<NfsStorageSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vcnsthreefs: Option<VcnsThreeFsStorageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_report: Option<EventReportStorageSpec>,
     pub check_storage_available_when_open: bool,
+    /// Tair's `storage_type`: required for an event-report storage (`ST_EVENT_REPORT_L1P5` or
+    /// `_L2`); otherwise the spec's type, filled in by kvcm (a different one is refused).
+    #[serde(rename = "storage_type")]
+    pub declared_type: StorageType,
     /// kvcm extension (Tair keeps this internal): false after `disableStorage`.
     /// Ignored on input; the registry owns it.
     #[serde(default = "yes")]
@@ -108,11 +139,14 @@ impl StorageConfig {
             self.tair_mem_pool.is_some(),
             self.nfs.is_some(),
             self.vcnsthreefs.is_some(),
+            self.event_report.is_some(),
         ];
         if set.iter().filter(|s| **s).count() != 1 {
             return None;
         }
-        Some(if self.local.is_some() || self.nfs.is_some() {
+        Some(if self.event_report.is_some() {
+            self.declared_type
+        } else if self.local.is_some() || self.nfs.is_some() {
             StorageType::ST_NFS
         } else if self.threefs.is_some() {
             StorageType::ST_3FS
@@ -218,6 +252,11 @@ pub struct InstanceGroup {
     #[serde(with = "int64")]
     #[schema(value_type = Int64)]
     pub version: i64,
+    /// Tair's: the event-report storages that take this group's ReportEvents (one per tier).
+    /// Empty: every tier's reporters follow kvcm's `event_report_*` config keys.
+    #[serde(deserialize_with = "null_default")]
+    #[schema(nullable)]
+    pub event_report_storage_candidates: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
