@@ -29,12 +29,14 @@ local groups = redis.call('HGETALL', KEYS[4])
 for i = 1, #groups, 2 do
   local ok, g = pcall(cjson.decode, groups[i + 1])
   if ok and type(g) == 'table' then
-    local cands = g['storage_candidates']
-    if type(cands) == 'table' then
-      for _, c in ipairs(cands) do
-        if c == name then
-          return {5, "storage '" .. name .. "' is used by instance group '" .. groups[i] ..
-                     "'; remove it from the group's storage_candidates first"}
+    for _, list in ipairs({'storage_candidates', 'event_report_storage_candidates'}) do
+      local cands = g[list]
+      if type(cands) == 'table' then
+        for _, c in ipairs(cands) do
+          if c == name then
+            return {5, "storage '" .. name .. "' is used by instance group '" .. groups[i] ..
+                       "'; remove it from the group's " .. list .. " first"}
+          end
         end
       end
     end

@@ -789,6 +789,28 @@ async fn event_report_storages_route_a_groups_tiers_and_set_their_liveness() {
     assert_eq!(hosts(api, inst, &[7], &[]).await.len(), 1);
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     assert_eq!(hosts(api, inst, &[7], &[]).await, vec![], "silent past the storage's 800 ms: hidden");
+    // Its settings are not where blocks live: changed without force_update. A storage a group
+    // routes a tier to cannot be removed.
+    assert_ok(&api.admin("updateStorage", storage("er_l1p5", json!("ST_EVENT_REPORT_L1P5"), 900)).await);
+    let r = api.admin("removeStorage", json!({"storage_unique_name": "er_l1p5"})).await;
+    assert_err(&r, "INVALID_ARGUMENT", "event_report_storage_candidates");
+    let short_grace = json!({"storage": {"global_unique_name": "er_l2", "storage_type": "ST_EVENT_REPORT_L2",
+                             "event_report": {"heartbeat_timeout_ms": 5000, "cleanup_grace_ms": 1000}}});
+    assert_err(&api.admin("addStorage", short_grace).await, "INVALID_ARGUMENT", "cleanup_grace_ms");
+    // A storage stored before kvcm answered storage_type (its JSON without it) is updated
+    // without force_update when its placement is unchanged, and an identical re-add is OK.
+    let storages = format!("{}:v1:{{reg}}:storages", api.namespace);
+    let mut c = valkey().await;
+    let raw: String = redis::cmd("HGET").arg(&storages).arg("files").query_async(&mut c).await.unwrap();
+    let mut old: Value = serde_json::from_str(&raw).unwrap();
+    old.as_object_mut().unwrap().remove("storage_type");
+    let _: () = redis::cmd("HSET").arg(&storages).arg("files").arg(old.to_string()).query_async(&mut c).await.unwrap();
+    let mut same = old.clone();
+    same.as_object_mut().unwrap().remove("is_available");
+    same.as_object_mut().unwrap().remove("is_healthy");
+    assert_ok(&api.admin("addStorage", json!({"storage": same})).await);
+    same["check_storage_available_when_open"] = json!(true);
+    assert_ok(&api.admin("updateStorage", json!({"storage": same})).await);
     // A tier the group does not route is refused; so is a disabled storage's.
     let r = report(api, inst, "ST_EVENT_REPORT_L2", "h:1", vec![heartbeat()]).await;
     assert_err(&(200, r), "INVALID_ARGUMENT", "no event-report storage of type ST_EVENT_REPORT_L2");

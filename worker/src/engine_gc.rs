@@ -31,16 +31,18 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         // config key's): a reporter is forgotten only once neither tier could still want it.
         let snap = w.registry.snapshot();
         let defaults = w.config.report_settings();
-        let grace = match snap.instances.get(&instance) {
-            Some(inst) => [StorageType::ST_EVENT_REPORT_L1P5, StorageType::ST_EVENT_REPORT_L2]
-                .into_iter()
-                .map(|t| {
-                    settings_for(&snap, &inst.instance_group_name, t, defaults).unwrap_or(defaults).cleanup_grace_ms
-                })
-                .max()
-                .unwrap_or(defaults.cleanup_grace_ms),
-            None => defaults.cleanup_grace_ms,
-        };
+        // Tiers the group does not route take no events, so only routed ones count.
+        let grace = snap
+            .instances
+            .get(&instance)
+            .and_then(|inst| {
+                [StorageType::ST_EVENT_REPORT_L1P5, StorageType::ST_EVENT_REPORT_L2]
+                    .into_iter()
+                    .filter_map(|t| settings_for(&snap, &inst.instance_group_name, t, defaults).ok())
+                    .map(|s| s.cleanup_grace_ms)
+                    .max()
+            })
+            .unwrap_or(defaults.cleanup_grace_ms);
         let at = w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).get(&instance).copied();
         if at.is_some_and(|c| c.not_before > now) {
             continue;

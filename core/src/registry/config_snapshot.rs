@@ -50,7 +50,7 @@ pub struct Loaded {
 /// A snapshot's storage compared with a stored one: the same configuration (health is observed,
 /// not configured).
 fn same_storage(a: &StorageConfig, b: &StorageConfig) -> bool {
-    let strip = |s: &StorageConfig| StorageConfig { is_healthy: true, ..s.clone() };
+    let strip = |s: &StorageConfig| StorageConfig { is_healthy: true, ..validate::normalized(s) };
     strip(a) == strip(b)
 }
 

@@ -413,7 +413,14 @@ impl Registry {
 
     async fn try_add_storage(&self, cfg: &StorageConfig) -> Result<bool> {
         let stored = self.stored_storages().await?;
-        if !stored.contains_key(&cfg.global_unique_name) {
+        if let Some(existing) = stored.get(&cfg.global_unique_name) {
+            // Exactly this storage, stored before kvcm answered `storage_type`: done already.
+            let same = serde_json::from_str::<StorageConfig>(existing)
+                .is_ok_and(|e| validate::normalized(&e) == validate::normalized(cfg));
+            if same {
+                return Ok(true);
+            }
+        } else {
             // (An existing name is left to the script, which answers DUPLICATE_ENTITY.)
             validate::roots_disjoint(cfg, &parse_storages(&stored))?;
         }

@@ -57,6 +57,12 @@ pub fn parse_storage(v: &Value) -> Result<StorageConfig> {
     let name = obj.get("global_unique_name").and_then(Value::as_str).unwrap_or_default().to_string();
     let ty = obj.get("type").ok_or_else(|| Error::invalid("storage_config.type is required"))?;
     let storage_type = type_from_name("storage_config.type", ty)?;
+    if matches!(storage_type, StorageType::ST_EVENT_REPORT_L1P5 | StorageType::ST_EVENT_REPORT_L2) {
+        return Err(Error::invalid(
+            "storage_config.type: event-report storages are added with addStorage (event_report and storage_type), \
+             not in a startup file",
+        ));
+    }
     let mut spec = obj.get("storage_spec").cloned().unwrap_or(json!({}));
     let mut cfg = StorageConfig {
         global_unique_name: name,

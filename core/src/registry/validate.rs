@@ -150,6 +150,12 @@ pub fn storage(limits: &Limits, cfg: &mut StorageConfig) -> Result<()> {
                 )));
             }
         }
+        if er.heartbeat_timeout_ms > 0 && er.cleanup_grace_ms > 0 && er.cleanup_grace_ms < er.heartbeat_timeout_ms {
+            return Err(Error::invalid(
+                "storage.event_report.cleanup_grace_ms must not be shorter than heartbeat_timeout_ms (a reporter is \
+                 hidden at its heartbeat timeout, unregistered at its grace)",
+            ));
+        }
     } else if cfg.declared_type != StorageType::ST_UNSPECIFIED && cfg.declared_type != derived {
         return Err(Error::invalid(format!(
             "storage.storage_type {} does not match the storage spec ({derived})",
@@ -277,10 +283,14 @@ fn storage_strings(cfg: &StorageConfig) -> Vec<(&'static str, &str)> {
 /// The part of a storage config that decides where existing blocks live. Changing it would
 /// orphan those blocks, so `updateStorage` requires `force_update` for it.
 pub fn storage_placement(cfg: &StorageConfig) -> String {
-    let mut c = cfg.clone();
+    let mut c = normalized(cfg);
     c.check_storage_available_when_open = false;
     c.is_available = true;
     c.is_healthy = true;
+    // An event-report storage holds no blocks: its settings are not where blocks live.
+    if let Some(er) = c.event_report.as_mut() {
+        *er = Default::default();
+    }
     if let Some(m) = c.mooncake.as_mut() {
         // Connection details may move; the key space stays.
         m.local_hostname.clear();
@@ -291,6 +301,18 @@ pub fn storage_placement(cfg: &StorageConfig) -> String {
         p.timeout = 0;
     }
     serde_json::to_string(&c).unwrap_or_default()
+}
+
+/// `cfg` with its `storage_type` as its spec says (a config stored before kvcm answered the
+/// field has none): what comparisons of stored and new configs must use.
+pub fn normalized(cfg: &StorageConfig) -> StorageConfig {
+    let mut c = cfg.clone();
+    if c.event_report.is_none()
+        && let Some(t) = c.storage_type()
+    {
+        c.declared_type = t;
+    }
+    c
 }
 
 /// Refuses a file-like storage (`nfs`, `local`, `threefs`, `vcnsthreefs`) whose root equals,

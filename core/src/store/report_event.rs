@@ -91,9 +91,11 @@ pub fn settings_for(
     }
     let spec = cfg.event_report.clone().unwrap_or_default();
     let or = |v: i64, d: u64| if v > 0 { v as u64 } else { d };
+    let heartbeat_timeout_ms = or(spec.heartbeat_timeout_ms, defaults.heartbeat_timeout_ms);
     Ok(ReportSettings {
-        heartbeat_timeout_ms: or(spec.heartbeat_timeout_ms, defaults.heartbeat_timeout_ms),
-        cleanup_grace_ms: or(spec.cleanup_grace_ms, defaults.cleanup_grace_ms),
+        heartbeat_timeout_ms,
+        // Never unregistered before it is hidden (a default grace under a long timeout).
+        cleanup_grace_ms: or(spec.cleanup_grace_ms, defaults.cleanup_grace_ms).max(heartbeat_timeout_ms),
         snapshot_min_interval_ms: or(spec.snapshot_min_interval_ms, defaults.snapshot_min_interval_ms),
     })
 }
