@@ -66,6 +66,17 @@ pub fn select(query: QueryType, hits: &[bool], mask: &BlockMask, sw_size: i32) -
     }
 }
 
+/// Refuses a query `select` would refuse whatever the hits, before anything is read.
+fn check_query(query: QueryType, n: usize, mask: &BlockMask, sw_size: i32) -> Result<()> {
+    if query == QueryType::QT_UNSPECIFIED {
+        select(query, &[], mask, sw_size)?;
+    }
+    if query == QueryType::QT_REVERSE_ROLL_SW_MATCH && (sw_size < 1 || sw_size as usize > n) {
+        select(query, &vec![false; n], mask, sw_size)?;
+    }
+    Ok(())
+}
+
 /// The indices a query returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
@@ -301,12 +312,7 @@ impl DataPlane {
     ) -> Result<(Vec<crate::wire::meta::CacheLocationVector>, MatchStats)> {
         use crate::wire::StorageType;
         use crate::wire::meta::LocationSelectStrategy as Lss;
-        if query == QueryType::QT_UNSPECIFIED {
-            select(query, &[], mask, sw_size)?;
-        }
-        if query == QueryType::QT_REVERSE_ROLL_SW_MATCH && (sw_size < 1 || sw_size as usize > blocks.len()) {
-            select(query, &vec![false; blocks.len()], mask, sw_size)?;
-        }
+        check_query(query, blocks.len(), mask, sw_size)?;
         let wanted = |t: StorageType| selectors.is_empty() || selectors.iter().any(|s| s.backend_type == t);
         let strategy = |t: StorageType| selectors.iter().find(|s| s.backend_type == t).map(|s| s.strategy);
         // kvcm's own locations: one per storage type serving the block (a usable storage first).
@@ -435,12 +441,7 @@ impl DataPlane {
         sink: &mut impl Sink,
         with_engine: bool,
     ) -> Result<MatchStats> {
-        if query == QueryType::QT_UNSPECIFIED {
-            select(query, &[], mask, sw_size)?;
-        }
-        if query == QueryType::QT_REVERSE_ROLL_SW_MATCH && (sw_size < 1 || sw_size as usize > blocks.len()) {
-            select(query, &vec![false; blocks.len()], mask, sw_size)?;
-        }
+        check_query(query, blocks.len(), mask, sw_size)?;
         let keys = self.keys(&inst.instance_id);
         let records = self.records(&keys, blocks).await?;
         let mut storages = Storages { snap, seen: Vec::with_capacity(2) };

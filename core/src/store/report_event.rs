@@ -497,6 +497,9 @@ impl Reporter {
     }
 }
 
+/// A hash read as (field, value) pairs.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Which live reporters hold each block of a read ([`DataPlane::engine_holders`]).
 pub(crate) struct EngineHolders {
     reporters: std::collections::HashMap<u32, Reporter>,
@@ -607,6 +610,21 @@ fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
 }
 
 impl DataPlane {
+    /// One round trip for a read of the reported tiers: the instance's `reporters` hash, Valkey's
+    /// time (ms) and the `engine` presence value of each of `blocks`.
+    async fn read_presence(&self, instance_id: &str, blocks: &[i64]) -> Result<(Fields, f64, Vec<Option<Vec<u8>>>)> {
+        let keys = self.keys(instance_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
+        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
+        for b in blocks {
+            hmget.arg(&block_field(*b)[..]);
+        }
+        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
+            pipe.query_async(&mut self.conn()).await?;
+        Ok((all, time.0 as f64 * 1000.0 + (time.1 / 1000) as f64, entries))
+    }
+
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
     /// generation): `None` when it has no reporters. One round trip: the reporters and the
     /// blocks' presence in one pipeline.
@@ -619,20 +637,10 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(None);
         }
-        let keys = self.keys(instance_id);
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
-        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
-        for b in blocks {
-            hmget.arg(&block_field(*b)[..]);
-        }
-        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
-        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
-            pipe.query_async(&mut self.conn()).await?;
+        let (all, now_ms, entries) = self.read_presence(instance_id, blocks).await?;
         if all.is_empty() {
             return Ok(None);
         }
-        let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
         let reporters = reporters_by_index(&all, now_ms, liveness);
         let per_block = entries
             .iter()
@@ -733,17 +741,7 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = self.keys(instance_id);
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
-        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
-        for b in blocks {
-            hmget.arg(&block_field(*b)[..]);
-        }
-        type Fields = Vec<(Vec<u8>, Vec<u8>)>;
-        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
-            pipe.query_async(&mut self.conn()).await?;
-        let now_ms = time.0 as f64 * 1000.0 + (time.1 / 1000) as f64;
+        let (all, now_ms, entries) = self.read_presence(instance_id, blocks).await?;
         let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         // The requested media by id (a medium nobody reported matches nothing).
         let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty()).then(|| {
