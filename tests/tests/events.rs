@@ -636,9 +636,8 @@ async fn get_cache_location_answers_live_engine_held_blocks_by_tairs_visibility_
         let r = report(api, inst, tier, host, events).await;
         assert_eq!(code(&r), "OK", "{r}");
     }
-    // A reporter's first blocks show in reads within a second (a frontend looks for reporters
-    // at most once a second per instance).
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // Read through the frontend that took the reports: it knows the instance has reporters at
+    // once (others look at most once a second).
     let read = |query: &'static str, keys: Vec<i64>| async move {
         let (_, r) =
             api.meta("getCacheLocation", json!({"instance_id": inst, "query_type": query, "block_keys": keys})).await;
@@ -700,7 +699,6 @@ async fn get_cache_locations_by_backend_answers_one_location_per_backend_and_pic
         events.extend(held.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
         assert_eq!(code(&report(api, inst, tier, host, events).await), "OK");
     }
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let by = |query: &'static str, keys: Vec<i64>, selectors: Value| async move {
         let body =
             json!({"instance_id": inst, "query_type": query, "block_keys": keys, "backend_selectors": selectors});
@@ -787,8 +785,12 @@ async fn event_report_storages_route_a_groups_tiers_and_set_their_liveness() {
             .await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(api, inst, &[7], &[]).await.len(), 1);
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    assert_eq!(hosts(api, inst, &[7], &[]).await, vec![], "silent past the storage's 800 ms: hidden");
+    // Hidden once silent past the storage's 800 ms — well before the config's 30 s.
+    let hidden = eventually(std::time::Duration::from_secs(10), || async {
+        hosts(api, inst, &[7], &[]).await.is_empty().then_some(())
+    })
+    .await;
+    assert!(hidden.is_some(), "a reporter silent past its storage's heartbeat timeout stayed visible");
     // Its settings are not where blocks live: changed without force_update. A storage a group
     // routes a tier to cannot be removed.
     assert_ok(&api.admin("updateStorage", storage("er_l1p5", json!("ST_EVENT_REPORT_L1P5"), 900)).await);
