@@ -148,9 +148,14 @@ impl DataPlane {
     /// chunks while Valkey answers later ones (each HMGET is atomic; the read as a whole need
     /// not be, as with any prefix read racing writes).
     async fn records(&self, keys: &InstanceKeys, blocks: &[i64]) -> Result<Records> {
+        self.field_values(&keys.blocks, blocks).await
+    }
+
+    /// The values of `blocks`' fields in the hash `hash`, read as [`Self::records`] reads them.
+    async fn field_values(&self, hash: &str, blocks: &[i64]) -> Result<Records> {
         let hmget = |chunk: &[i64]| {
             let mut cmd = redis::cmd("HMGET");
-            cmd.arg(&keys.blocks);
+            cmd.arg(hash);
             for b in chunk {
                 cmd.arg(&block_field(*b)[..]);
             }
@@ -162,20 +167,7 @@ impl DataPlane {
         } else {
             futures::future::try_join_all(blocks.chunks(HMGET_CHUNK).map(hmget)).await?
         };
-        let mut values = Vec::with_capacity(blocks.len());
-        for part in parts {
-            match part {
-                redis::Value::Array(v) => values.extend(v),
-                other => return Err(Error::internal(format!("HMGET answered {}, not an array", shown(&other)))),
-            }
-        }
-        if values.len() != blocks.len() {
-            return Err(Error::internal(format!("HMGET answered {} values for {} fields", values.len(), blocks.len())));
-        }
-        if let Some(odd) = values.iter().find(|v| !matches!(v, redis::Value::BulkString(_) | redis::Value::Nil)) {
-            return Err(Error::internal(format!("HMGET answered {} for a field", shown(odd))));
-        }
-        Ok(Records(values))
+        Records::from_replies(parts, blocks.len())
     }
 
     /// Runs a data-plane script whose reply starts with a status code; returns the rest. With
@@ -231,6 +223,25 @@ fn shown(v: &redis::Value) -> String {
 pub(crate) struct Records(Vec<redis::Value>);
 
 impl Records {
+    /// The records of HMGET replies (in request order) for `fields` fields in all, checked:
+    /// an array each, a bulk string or nil per field.
+    pub(crate) fn from_replies(parts: Vec<redis::Value>, fields: usize) -> Result<Self> {
+        let mut values = Vec::with_capacity(fields);
+        for part in parts {
+            match part {
+                redis::Value::Array(v) => values.extend(v),
+                other => return Err(Error::internal(format!("HMGET answered {}, not an array", shown(&other)))),
+            }
+        }
+        if values.len() != fields {
+            return Err(Error::internal(format!("HMGET answered {} values for {fields} fields", values.len())));
+        }
+        if let Some(odd) = values.iter().find(|v| !matches!(v, redis::Value::BulkString(_) | redis::Value::Nil)) {
+            return Err(Error::internal(format!("HMGET answered {} for a field", shown(odd))));
+        }
+        Ok(Records(values))
+    }
+
     /// Each block's record, or `None` where the block has none.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Option<&[u8]>> {
         self.0.iter().map(|v| match v {

@@ -610,19 +610,31 @@ fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
 }
 
 impl DataPlane {
-    /// One round trip for a read of the reported tiers: the instance's `reporters` hash, Valkey's
-    /// time (ms) and the `engine` presence value of each of `blocks`.
-    async fn read_presence(&self, instance_id: &str, blocks: &[i64]) -> Result<(Fields, f64, Vec<Option<Vec<u8>>>)> {
+    /// A read of the reported tiers: the instance's `reporters` hash, Valkey's time (ms) and the
+    /// `engine` presence value of each of `blocks`, decoded where the reply put them. One
+    /// pipeline; a long list goes as concurrent chunks on the same connection, as block
+    /// records are read ([`Self::field_values`]).
+    async fn read_presence(&self, instance_id: &str, blocks: &[i64]) -> Result<(Fields, f64, super::Records)> {
         let keys = self.keys(instance_id);
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
-        let hmget = pipe.cmd("HMGET").arg(&keys.engine);
-        for b in blocks {
-            hmget.arg(&block_field(*b)[..]);
+        let ms = |(s, us): (u64, u64)| s as f64 * 1000.0 + (us / 1000) as f64;
+        if blocks.len() <= 2 * super::HMGET_CHUNK {
+            let hmget = pipe.cmd("HMGET").arg(&keys.engine);
+            for b in blocks {
+                hmget.arg(&block_field(*b)[..]);
+            }
+            let (all, time, entries): (Fields, (u64, u64), redis::Value) = pipe.query_async(&mut self.conn()).await?;
+            return Ok((all, ms(time), super::Records::from_replies(vec![entries], blocks.len())?));
         }
-        let (all, time, entries): (Fields, (u64, u64), Vec<Option<Vec<u8>>>) =
-            pipe.query_async(&mut self.conn()).await?;
-        Ok((all, time.0 as f64 * 1000.0 + (time.1 / 1000) as f64, entries))
+        let mut conn = self.conn();
+        let head = pipe.query_async::<(Fields, (u64, u64))>(&mut conn);
+        let ((all, time), entries) = futures::future::try_join(
+            async { head.await.map_err(Error::from) },
+            self.field_values(&keys.engine, blocks),
+        )
+        .await?;
+        Ok((all, ms(time), entries))
     }
 
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
@@ -646,7 +658,7 @@ impl DataPlane {
             .iter()
             .map(|raw| {
                 let mut held = Vec::new();
-                for r in raw.as_deref().unwrap_or_default().chunks_exact(13) {
+                for r in raw.unwrap_or_default().chunks_exact(13) {
                     visible_records(r, &reporters, None, |idx| held.push((idx, r[12])));
                 }
                 held
@@ -794,9 +806,10 @@ impl DataPlane {
         }
         let mut flags: Vec<Vec<u8>> = vec![Vec::new(); slots.len()];
         let mut reach = 0;
+        let count = blocks.len();
         for (i, raw) in entries.iter().enumerate() {
             let mut any = false;
-            for r in raw.as_deref().unwrap_or_default().chunks_exact(13) {
+            for r in raw.unwrap_or_default().chunks_exact(13) {
                 let Some(l) = lookup(u32::from_le_bytes([r[0], r[1], r[2], r[3]])) else { continue };
                 let epoch = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
                 let generation = u32::from_le_bytes([r[8], r[9], r[10], r[11]]);
@@ -805,7 +818,7 @@ impl DataPlane {
                 }
                 let f = &mut flags[l.slot];
                 if f.is_empty() {
-                    f.resize(entries.len(), 0);
+                    f.resize(count, 0);
                 }
                 f[i] |= l.bits;
                 any = true;
