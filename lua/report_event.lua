@@ -103,8 +103,6 @@ end
 -- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
 local pres, pdirty, had = {}, {}, {}
 local sset, sdel = {}, {}
--- Specs a prepared batch stored as sent (field -> blob), for adds after it in the same batch.
-local fast = {}
 -- This reporter's record for a medium, and the tail of its specs fields, built once per
 -- (lifecycle, generation, medium) rather than per block.
 local recs, tails, r_idx, r_epoch, r_gen = {}, {}, -1, -1, -1
@@ -175,7 +173,7 @@ end
 -- The specs currently stored for a field (this request's pending write first).
 local function stored_specs(field)
   if sdel[field] then return nil end
-  return sset[field] or fast[field] or redis.call('HGET', SPC, field)
+  return sset[field] or redis.call('HGET', SPC, field)
 end
 -- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
 -- merged by name into what the current lifecycle reported before.
@@ -308,7 +306,9 @@ local function generation()
   end
 end
 
--- Every block the request touches, read in a few HMGETs (not one HGET per event).
+-- Every block the request touches, read in a few HMGETs (not one HGET per event); how many
+-- blocks of a 'B' batch are held already.
+local b_held = 0
 do
   local want, seen, j = {}, {}, 5
   while j <= #ARGV do
@@ -326,9 +326,20 @@ do
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:sub(14))
       if j + 4 * count ~= #ARGV then return redis.error_reply('report_event: a B batch must come last') end
-      for q = j + 1, j + 2 * count, 2 do
-        local key = ARGV[q]
-        if not seen[key] then seen[key] = true; want[#want + 1] = key end
+      -- The batch's (key, record) pairs are read as they stand: an HMGET of both, whose record
+      -- halves (13 bytes, never a field of `engine`: its fields are 8-byte keys) answer nil.
+      -- No table of keys is built, and only held blocks are remembered.
+      for c = 0, count - 1, 500 do
+        local from = j + 1 + 2 * c
+        local part = redis.call('HMGET', ENG, unpack(ARGV, from, from + 2 * (math.min(c + 499, count - 1) - c) + 1))
+        for q = 1, #part, 2 do
+          local v = part[q]
+          if v then
+            local key = ARGV[from + q - 1]
+            pres[key], had[key] = v, true
+            b_held = b_held + 1
+          end
+        end
       end
       j = j + 4 * count
     end
@@ -343,7 +354,8 @@ do
   end
 end
 
-local codes, retry_after, prepared = {}, 0, 0
+-- (`all_ok`: the codes of a 'B' batch stored as sent, all OK, after the others.)
+local codes, retry_after, prepared, all_ok = {}, 0, 0, 0
 local i = 5
 while i <= #ARGV do
   local ev = ARGV[i]
@@ -425,79 +437,63 @@ while i <= #ARGV do
     end
     i = i + count
   elseif kind == 'B' then
-    -- Adds the frontend prepared against the reporter's record (see the header). When the
-    -- record is unchanged since the frontend read it, each block takes the cheapest path that
-    -- is exact: a block nobody holds is stored as sent (HSET, no per-block Lua work); a block
-    -- whose only record is this very one and whose stored specs are the ones sent (a re-add)
-    -- changes nothing; any other block — held by others too, touched earlier in the request,
-    -- twice in the batch, or with other specs to merge — goes through the single-add path.
+    -- Adds the frontend prepared against the reporter's record (see the header: distinct
+    -- blocks, last in the request). When the record is unchanged since the frontend read it,
+    -- each block takes the cheapest path that is exact: a block nobody holds is stored as sent
+    -- (HSET, no per-block Lua work); a block whose only record is this very one and whose
+    -- stored specs are the ones sent (a re-add) changes nothing; any other block — held by
+    -- others too, touched earlier in the request, or with other specs to merge — goes through
+    -- the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local count = tonumber(ev:sub(14))
     local P, Q = i + 1, i + 1 + 2 * count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     generation()
-    -- The stored specs of the blocks whose only record is this one, in a few HMGETs.
-    local old = {}
-    if same then
-      local fields = {}
-      for q = 0, count - 1 do
-        if pres[ARGV[P + 2 * q]] == ARGV[P + 2 * q + 1] then fields[#fields + 1] = ARGV[Q + 2 * q] end
-      end
-      for c = 1, #fields, 1000 do
-        local part = redis.call('HMGET', SPC, unpack(fields, c, math.min(c + 999, #fields)))
-        for q = 1, #part do old[fields[c + q - 1]] = part[q] end
-      end
-    end
-    -- The common case first: every block new, distinct, untouched — stored straight from the
-    -- arguments (no per-block table work).
-    local all_new = same
-    if same then
-      local batch = {}
-      for q = 0, count - 1 do
-        local key = ARGV[P + 2 * q]
-        if pres[key] or pdirty[key] or batch[key] then all_new = false break end
-        batch[key] = true
-      end
-    end
-    if all_new then
+    if same and b_held == 0 and next(pdirty) == nil then
+      -- The common case: every block new and untouched — stored straight from the arguments.
       for c = 0, count - 1, 500 do
         local last = math.min(c + 499, count - 1)
         redis.call('HSET', ENG, unpack(ARGV, P + 2 * c, P + 2 * last + 1))
         redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
       end
-      for _ = 1, count do codes[#codes + 1] = 1 end
-      prepared = prepared + count
-    end
-    local todo = all_new and 0 or count
-    local eng, spc, batch = {}, {}, {}
-    local function store()
-      for c = 1, #eng, 1000 do
-        redis.call('HSET', ENG, unpack(eng, c, math.min(c + 999, #eng)))
-        redis.call('HSET', SPC, unpack(spc, c, math.min(c + 999, #spc)))
+      all_ok, prepared = count, prepared + count
+    else
+      for c = 0, count - 1, 500 do
+        local last = math.min(c + 499, count - 1)
+        -- The stored specs of this chunk's blocks whose only record is this very one.
+        local fields, at = {}, {}
+        if same then
+          for q = c, last do
+            local key = ARGV[P + 2 * q]
+            if pres[key] == ARGV[P + 2 * q + 1] and not pdirty[key] then
+              fields[#fields + 1] = ARGV[Q + 2 * q]
+              at[q] = #fields
+            end
+          end
+        end
+        local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
+        local eng, spc = {}, {}
+        for q = c, last do
+          local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
+          local blob = ARGV[Q + 2 * q + 1]
+          if same and not pres[key] and not pdirty[key] then
+            eng[#eng + 1], eng[#eng + 2] = key, record
+            spc[#spc + 1], spc[#spc + 2] = ARGV[Q + 2 * q], blob
+            codes[#codes + 1] = 1
+            prepared = prepared + 1
+          elseif at[q] and old[at[q]] == blob then
+            codes[#codes + 1] = 1
+            prepared = prepared + 1
+          else
+            codes[#codes + 1] = put(key, record:byte(13), blob, false)
+          end
+        end
+        if #eng > 0 then
+          redis.call('HSET', ENG, unpack(eng))
+          redis.call('HSET', SPC, unpack(spc))
+        end
       end
-      eng, spc = {}, {}
     end
-    for q = 0, todo - 1 do
-      local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
-      local field, blob = ARGV[Q + 2 * q], ARGV[Q + 2 * q + 1]
-      local fresh = same and not batch[key] and not pdirty[key]
-      if fresh and not pres[key] then
-        eng[#eng + 1], eng[#eng + 2] = key, record
-        spc[#spc + 1], spc[#spc + 2] = field, blob
-        fast[field] = blob
-        -- Known from here on (a later add of this block in the request merges into it).
-        pres[key], had[key] = record, true
-        codes[#codes + 1] = 1
-        prepared = prepared + 1
-      elseif fresh and pres[key] == record and old[field] == blob and not sset[field] and not sdel[field] then
-        codes[#codes + 1] = 1
-        prepared = prepared + 1
-      else
-        codes[#codes + 1] = put(key, record:byte(13), blob, false)
-      end
-      batch[key] = true
-    end
-    store()
     i = i + 4 * count
     code = nil
   else
@@ -511,4 +507,5 @@ flush()
 if rep and #ARGV > 4 then save() end
 local bytes = {}
 for c = 1, #codes, 4000 do bytes[#bytes + 1] = string.char(unpack(codes, c, math.min(c + 3999, #codes))) end
+bytes[#bytes + 1] = string.rep('\1', all_ok)
 return {1, table.concat(bytes), rep and rep.version or '', retry_after, required and 1 or 0, prepared}
