@@ -70,7 +70,17 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     })
     .await
     .expect("reads did not recover once the slot was served again");
+    // A node that lost its scripts (restarted, or a replica promoted: Valkey does not replicate
+    // its script cache) answers NOSCRIPT: the frontend loads the script and sends it again.
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut node).await.unwrap();
     fx.write(&[21, 22]).await;
+    let loaded: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(kvcm_core::scripts::START_WRITE_CACHE.script().get_hash())
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    assert_eq!(loaded, vec![true], "the write went through without loading its script again");
 
     // The node itself down: connection refused, the same answer.
     valkey.kill();

@@ -190,14 +190,27 @@ impl DataPlane {
         let mut reply: Vec<redis::Value> = match &self.replica_ack {
             Some(ack) => ack.run(script, keys, args).await?,
             None => {
-                let mut inv = script.script().prepare_invoke();
+                // EVALSHA built in place (a `ScriptInvocation` copies every argument first:
+                // tens of thousands for a bulk reportEvent); NOSCRIPT — a node restarted or
+                // promoted without the script, which therefore did not run — loads it and
+                // sends again.
+                let mut eval = redis::cmd("EVALSHA");
+                eval.arg(script.script().get_hash()).arg(keys.len());
                 for k in keys {
-                    inv.key(*k);
+                    eval.arg(*k);
                 }
                 for a in args {
-                    inv.arg(*a);
+                    eval.arg(*a);
                 }
-                inv.invoke_async(&mut self.conn()).await?
+                let mut conn = self.conn();
+                match eval.query_async(&mut conn).await {
+                    Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        let _: String =
+                            redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
+                        eval.query_async(&mut conn).await?
+                    }
+                    other => other?,
+                }
             }
         };
         if reply.is_empty() {
