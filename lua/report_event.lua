@@ -306,9 +306,8 @@ local function generation()
   end
 end
 
--- Every block the request touches, read in a few HMGETs (not one HGET per event); how many
--- blocks of a 'B' batch are held already.
-local b_held = 0
+-- Every block the request touches, read in a few HMGETs (not one HGET per event); a 'B'
+-- batch reads its own, chunk by chunk, as it goes.
 do
   local want, seen, j = {}, {}, 5
   while j <= #ARGV do
@@ -326,21 +325,6 @@ do
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:sub(14))
       if j + 4 * count ~= #ARGV then return redis.error_reply('report_event: a B batch must come last') end
-      -- The batch's (key, record) pairs are read as they stand: an HMGET of both, whose record
-      -- halves (13 bytes, never a field of `engine`: its fields are 8-byte keys) answer nil.
-      -- No table of keys is built, and only held blocks are remembered.
-      for c = 0, count - 1, 500 do
-        local from = j + 1 + 2 * c
-        local part = redis.call('HMGET', ENG, unpack(ARGV, from, from + 2 * (math.min(c + 499, count - 1) - c) + 1))
-        for q = 1, #part, 2 do
-          local v = part[q]
-          if v then
-            local key = ARGV[from + q - 1]
-            pres[key], had[key] = v, true
-            b_held = b_held + 1
-          end
-        end
-      end
       j = j + 4 * count
     end
     j = j + 1
@@ -354,8 +338,17 @@ do
   end
 end
 
--- (`all_ok`: the codes of a 'B' batch stored as sent, all OK, after the others.)
-local codes, retry_after, prepared, all_ok = {}, 0, 0, 0
+-- Codes in request order: numbers in `codes`, turned into bytes in `pieces` as they go.
+local codes, pieces, retry_after, prepared = {}, {}, 0, 0
+local function flush_codes()
+  for c = 1, #codes, 4000 do pieces[#pieces + 1] = string.char(unpack(codes, c, math.min(c + 3999, #codes))) end
+  codes = {}
+end
+-- `n` OK codes at once (a chunk of a 'B' batch stored as sent).
+local function ok_codes(n)
+  flush_codes()
+  pieces[#pieces + 1] = string.rep('\1', n)
+end
 local i = 5
 while i <= #ARGV do
   local ev = ARGV[i]
@@ -449,42 +442,49 @@ while i <= #ARGV do
     local P, Q = i + 1, i + 1 + 2 * count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     generation()
-    if same and b_held == 0 and next(pdirty) == nil then
-      -- The common case: every block new and untouched — stored straight from the arguments.
-      for c = 0, count - 1, 500 do
-        local last = math.min(c + 499, count - 1)
-        redis.call('HSET', ENG, unpack(ARGV, P + 2 * c, P + 2 * last + 1))
-        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+    local untouched = same and next(pdirty) == nil
+    for c = 0, count - 1, 500 do
+      local last = math.min(c + 499, count - 1)
+      local from, n = P + 2 * c, last - c + 1
+      -- The chunk's (key, record) pairs read as they stand: an HMGET of both, whose record
+      -- halves (13 bytes, never a field of `engine`: its fields are 8-byte keys) answer nil.
+      local now_held = redis.call('HMGET', ENG, unpack(ARGV, from, from + 2 * n - 1))
+      local held = false
+      for q = 1, 2 * n, 2 do
+        if now_held[q] then held = true break end
       end
-      all_ok, prepared = count, prepared + count
-    else
-      for c = 0, count - 1, 500 do
-        local last = math.min(c + 499, count - 1)
-        -- The stored specs of this chunk's blocks whose only record is this very one.
+      if untouched and not held then
+        -- The common case: every block of the chunk new — stored straight from the arguments.
+        redis.call('HSET', ENG, unpack(ARGV, from, from + 2 * n - 1))
+        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+        ok_codes(n)
+        prepared = prepared + n
+      else
+        -- The stored specs of the chunk's blocks whose only record is this very one.
         local fields, at = {}, {}
-        if same then
-          for q = c, last do
-            local key = ARGV[P + 2 * q]
-            if pres[key] == ARGV[P + 2 * q + 1] and not pdirty[key] then
-              fields[#fields + 1] = ARGV[Q + 2 * q]
-              at[q] = #fields
-            end
+        for q = 0, n - 1 do
+          local key = ARGV[from + 2 * q]
+          if same and now_held[2 * q + 1] == ARGV[from + 2 * q + 1] and not pdirty[key] then
+            fields[#fields + 1] = ARGV[Q + 2 * (c + q)]
+            at[q] = #fields
           end
         end
         local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
         local eng, spc = {}, {}
-        for q = c, last do
-          local key, record = ARGV[P + 2 * q], ARGV[P + 2 * q + 1]
-          local blob = ARGV[Q + 2 * q + 1]
-          if same and not pres[key] and not pdirty[key] then
+        for q = 0, n - 1 do
+          local key, record = ARGV[from + 2 * q], ARGV[from + 2 * q + 1]
+          local v, blob = now_held[2 * q + 1], ARGV[Q + 2 * (c + q) + 1]
+          if same and not v and not pdirty[key] then
             eng[#eng + 1], eng[#eng + 2] = key, record
-            spc[#spc + 1], spc[#spc + 2] = ARGV[Q + 2 * q], blob
+            spc[#spc + 1], spc[#spc + 2] = ARGV[Q + 2 * (c + q)], blob
             codes[#codes + 1] = 1
             prepared = prepared + 1
           elseif at[q] and old[at[q]] == blob then
             codes[#codes + 1] = 1
             prepared = prepared + 1
           else
+            -- What an earlier event of the request made of it, else what is stored.
+            if not pdirty[key] then pres[key], had[key] = v, v and true or nil end
             codes[#codes + 1] = put(key, record:byte(13), blob, false)
           end
         end
@@ -505,7 +505,5 @@ end
 flush()
 -- (A request whose every event failed validation arrives empty: it reads, and changes nothing.)
 if rep and #ARGV > 4 then save() end
-local bytes = {}
-for c = 1, #codes, 4000 do bytes[#bytes + 1] = string.char(unpack(codes, c, math.min(c + 3999, #codes))) end
-bytes[#bytes + 1] = string.rep('\1', all_ok)
-return {1, table.concat(bytes), rep and rep.version or '', retry_after, required and 1 or 0, prepared}
+flush_codes()
+return {1, table.concat(pieces), rep and rep.version or '', retry_after, required and 1 or 0, prepared}
