@@ -18,6 +18,7 @@ use crate::scripts;
 use crate::wire::StatusCode;
 use crate::wire::common::{LocationSpec, StorageType};
 use crate::wire::meta::{EventItem, ReportEventRequest, ReportEventType};
+use std::borrow::Cow;
 
 /// Longest medium name ("gpu", "mem", "disk"…).
 pub const MAX_MEDIUM_BYTES: usize = 64;
@@ -191,6 +192,7 @@ fn medium(value: &str) -> std::result::Result<(), String> {
 /// scheme (letters, digits, `+-._`: Tair's own `event_report://` has an underscore) and without
 /// `s_version` (kvcm adds the generation itself).
 fn block_with_specs(
+    prefix: &[u8],
     key: &str,
     med: &str,
     specs: &[LocationSpec],
@@ -204,15 +206,25 @@ fn block_with_specs(
     if specs.len() > MAX_SPECS {
         return Err(format!("specs has {} entries; at most {MAX_SPECS} are accepted", specs.len()));
     }
-    let mut out = key.to_vec();
+    let size = specs.iter().map(|s| 3 + s.name.len() + s.uri.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(prefix.len() + 10 + med.len() + size);
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(&key);
     out.push(med.len() as u8);
     out.extend_from_slice(med.as_bytes());
     out.push(specs.len() as u8);
+    // Duplicate names: a few specs (the usual one per block) are checked against the earlier
+    // ones, more through a set (never quadratic in MAX_SPECS).
     let mut seen = std::collections::HashSet::new();
-    for spec in specs {
+    for (i, spec) in specs.iter().enumerate() {
         text("spec name", &spec.name, MAX_SPEC_NAME_BYTES)?;
         spec_name(&spec.name, names)?;
-        if !seen.insert(spec.name.as_str()) {
+        let twice = if specs.len() <= 8 {
+            specs[..i].iter().any(|earlier| earlier.name == spec.name)
+        } else {
+            !seen.insert(spec.name.as_str())
+        };
+        if twice {
             return Err(format!("spec '{}' appears twice; spec names must be unique", spec.name));
         }
         text("uri", &spec.uri, MAX_URI_BYTES)?;
@@ -260,19 +272,19 @@ fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Res
         ("heartbeat", item.heartbeat.is_some(), T::EVENT_HEARTBEAT),
         ("block_snapshot", item.block_snapshot.is_some(), T::EVENT_BLOCK_SNAPSHOT),
     ];
-    let present: Vec<_> = set.iter().filter(|(_, on, _)| *on).collect();
-    match present.as_slice() {
-        [(_, _, t)] if *t == item.event_type => {}
-        [] => {
+    let mut present = set.iter().filter(|(_, on, _)| *on);
+    match (present.next(), present.next()) {
+        (Some((_, _, t)), None) if *t == item.event_type => {}
+        (None, _) => {
             return Err(format!(
                 "event_type {} needs its payload (an empty message is still set: e.g. \"heartbeat\": {{}})",
                 item.event_type.name()
             ));
         }
-        [(name, _, _)] => {
+        (Some((name, _, _)), None) => {
             return Err(format!("event_type {} does not match the payload {name}", item.event_type.name()));
         }
-        _ => return Err("an event carries exactly one payload".into()),
+        (Some(_), Some(_)) => return Err("an event carries exactly one payload".into()),
     }
     match item.event_type {
         T::EVENT_NODE_REGISTER => {
@@ -302,9 +314,7 @@ fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Res
         T::EVENT_HOST_DOWN => Ok(Encoded::One(b"X".to_vec())),
         T::EVENT_BLOCK_ADD => {
             let p = item.block_add.as_ref().expect("matched");
-            let mut out = b"A".to_vec();
-            out.extend(block_with_specs(&p.block_key, &p.medium, &p.specs, names)?);
-            Ok(Encoded::One(out))
+            Ok(Encoded::One(block_with_specs(b"A", &p.block_key, &p.medium, &p.specs, names)?))
         }
         T::EVENT_BLOCK_DELETE => {
             let p = item.block_delete.as_ref().expect("matched");
@@ -337,7 +347,7 @@ fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Res
             let mut seen = std::collections::HashSet::new();
             let mut items = Vec::with_capacity(p.blocks.len());
             for b in &p.blocks {
-                let encoded = block_with_specs(&b.block_key, &b.medium, &b.specs, names)?;
+                let encoded = block_with_specs(b"", &b.block_key, &b.medium, &b.specs, names)?;
                 if !seen.insert((encoded[..8].to_vec(), b.medium.clone())) {
                     return Err(format!(
                         "block {} medium {} appears twice in the snapshot; each appears once with all its specs",
@@ -396,8 +406,8 @@ impl DataPlane {
             ..Default::default()
         };
         let names: Vec<&str> = inst.location_spec_infos.iter().map(|s| s.name.as_str()).collect();
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        let mut sent: Vec<usize> = Vec::new();
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(req.events.len());
+        let mut sent: Vec<usize> = Vec::with_capacity(req.events.len());
         for (i, item) in req.events.iter().enumerate() {
             match encode(item, limits, &names) {
                 Ok(Encoded::One(bytes)) => {
@@ -418,16 +428,17 @@ impl DataPlane {
         let keys = self.keys(&inst.instance_id);
         // Many adds of a known reporter: prepared here against its record, so that the script
         // stores new blocks as sent (see `lua/report_event.lua`, event 'B').
-        if let Some((batched_args, batched_sent)) = self.prepare_adds(&keys, &reporter, &args, &sent).await? {
-            args = batched_args;
-            sent = batched_sent;
-        }
+        let (events, sent) = match self.prepare_adds(&keys, &reporter, &args, &sent).await? {
+            Some(batched) => batched,
+            None => (args.iter().map(|a| Cow::Borrowed(a.as_slice())).collect(), sent),
+        };
         // Even when every item failed validation, the script runs (with no events) for the
         // reporter's version and whether it needs a snapshot.
         let (grace, interval) = (settings.cleanup_grace_ms.to_string(), settings.snapshot_min_interval_ms.to_string());
         let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        let mut argv: Vec<&[u8]> = vec![reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()];
-        argv.extend(args.iter().map(Vec::as_slice));
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(4 + events.len());
+        argv.extend([reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()]);
+        argv.extend(events.iter().map(|e| e.as_ref()));
         let reply =
             self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine, &keys.engine_specs], &argv).await?;
         // Reads through this frontend see the instance's reporters at once.
@@ -937,13 +948,13 @@ impl DataPlane {
     /// read now — and the event indexes in the order the script answers them. `None` when the
     /// request does not qualify; the script takes the single-add path itself for the whole
     /// batch when the record changed meanwhile or any block of it is held already.
-    async fn prepare_adds(
+    async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
         reporter: &str,
-        args: &[Vec<u8>],
+        args: &'a [Vec<u8>],
         sent: &[usize],
-    ) -> Result<Option<(Vec<Vec<u8>>, Vec<usize>)>> {
+    ) -> Result<Option<(Vec<Cow<'a, [u8]>>, Vec<usize>)>> {
         let adds = args.iter().filter(|a| a.first() == Some(&b'A')).count();
         if adds < PREPARE_AT || args.iter().any(|a| !matches!(a.first(), Some(b'A' | b'H'))) {
             return Ok(None);
@@ -983,37 +994,38 @@ impl DataPlane {
         // idx u32 | epoch u32 | generation u32 (the record: state | idx | epoch | heartbeat |
         // snapshot | generation | …)
         let header = [&record[1..9], &record[25..29]].concat();
-        let mut out: Vec<Vec<u8>> = Vec::with_capacity(args.len() + 3 * adds + 1);
+        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(args.len() + 3 * adds + 1);
         let mut order = Vec::with_capacity(sent.len());
         for (a, &i) in args.iter().zip(sent) {
             if a[0] == b'H' {
-                out.push(a.clone());
+                out.push(Cow::Borrowed(a));
                 order.push(i);
             }
         }
         let mut b = vec![b'B'];
         b.extend_from_slice(&header);
         b.extend_from_slice(adds.to_string().as_bytes());
-        out.push(b);
-        let (mut pres, mut specs) = (Vec::with_capacity(2 * adds), Vec::with_capacity(2 * adds));
+        out.push(Cow::Owned(b));
+        // The batch's pairs: (key, presence record) then (specs field, specs); keys and specs
+        // borrowed from the encoded events.
+        let recs: Vec<Vec<u8>> = ids.iter().map(|mid| [&header[..], &[*mid]].concat()).collect();
+        let mut specs = Vec::with_capacity(2 * adds);
         for (a, &i) in args.iter().zip(sent) {
             if a[0] != b'A' {
                 continue;
             }
             let (key, medium, blob) = split(a);
-            let mid = ids[media.iter().position(|m| *m == medium).expect("collected above")];
-            let mut rec = header.to_vec();
-            rec.push(mid);
-            let mut field = key.to_vec();
+            let m = media.iter().position(|m| *m == medium).expect("collected above");
+            out.push(Cow::Borrowed(key));
+            out.push(Cow::Owned(recs[m].clone()));
+            let mut field = Vec::with_capacity(13);
+            field.extend_from_slice(key);
             field.extend_from_slice(&header[..4]);
-            field.push(mid);
-            pres.push(key.to_vec());
-            pres.push(rec);
-            specs.push(field);
-            specs.push(blob.to_vec());
+            field.push(ids[m]);
+            specs.push(Cow::Owned(field));
+            specs.push(Cow::Borrowed(blob));
             order.push(i);
         }
-        out.extend(pres);
         out.extend(specs);
         Ok(Some((out, order)))
     }
