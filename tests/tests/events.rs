@@ -820,3 +820,71 @@ async fn event_report_storages_route_a_groups_tiers_and_set_their_liveness() {
     let r = report(api, inst, "ST_EVENT_REPORT_L1P5", "h:1", vec![heartbeat()]).await;
     assert_err(&(200, r), "INVALID_ARGUMENT", "disabled");
 }
+
+/// A prepared batch longer than one chunk of the script (500 blocks) whose chunks take
+/// different paths — re-adds, new blocks, blocks another host holds, a block refused — answers
+/// each event's code at its own index; and a getHostCacheState longer than one chunk of the
+/// presence read (1,024 blocks, read concurrently) sees every chunk.
+#[tokio::test]
+async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_every_chunk() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
+    let adds = |host: &str, keys: std::ops::Range<i64>| -> Vec<Value> {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events
+    };
+    // a:1 holds 1000..1010 already (re-added unchanged below); o:1 holds 1600..1650 (merged).
+    assert_eq!(code(&report(api, inst, l1, "a:1", adds("a:1", 1000..1010)).await), "OK");
+    assert_eq!(code(&report(api, inst, l1, "o:1", adds("o:1", 1600..1650)).await), "OK");
+    // Block 1700 already carries 256 records (of reporters long gone): one more is refused.
+    let full: Vec<u8> =
+        (0..256u32).flat_map(|i| [&(90_000 + i).to_le_bytes()[..], &[1, 0, 0, 0, 1, 0, 0, 0, 1]].concat()).collect();
+    let _: () = redis::cmd("HSET")
+        .arg(instance_key(&api.namespace, inst, "engine"))
+        .arg(&1700i64.to_be_bytes()[..])
+        .arg(full)
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    let prepared = api.metric("kvcm_engine_blocks_prepared_total").await;
+    // 1,200 adds, the one of block 2149 (event 1150) invalid: script chunks 1000..1499
+    // (re-adds and new), 1500..1999 (merges, the refused block, new) and 2000..2199 (all new).
+    let mut events = adds("a:1", 1000..2200);
+    events[1150] = add(2149, "gpu", &[("tp9", "x://bad")]);
+    let r = report(api, inst, l1, "a:1", events).await;
+    let results = r["item_results"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(results.len(), 1201);
+    for (i, c) in results.iter().enumerate() {
+        let expected = match i {
+            701 => "REACH_MAX_ENTITY_CAPACITY",
+            1150 => "INVALID_ARGUMENT",
+            _ => "OK",
+        };
+        assert_eq!(c, expected, "event {i}: {r}");
+    }
+    assert_eq!(code(&r), "REACH_MAX_ENTITY_CAPACITY", "the header is the first failure: {r}");
+    assert_eq!(
+        api.metric("kvcm_engine_blocks_prepared_total").await - prepared,
+        1148.0,
+        "10 re-adds and 1,138 new blocks as prepared; 50 merged and one refused through the single-add path"
+    );
+    let keys: Vec<i64> = (1000..1800).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 700, 0, 700)]);
+    let keys: Vec<i64> = (1600..1700).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 100, 0, 100), ("o:1".into(), 50, 0, 50)]);
+    let keys: Vec<i64> = (2000..2200).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 149, 0, 149)]);
+
+    // z:1 holds 5000..7600 but 7300 (index 2300, in the third chunk of a 2,600-block read);
+    // its L2 peer y:1 holds 7300.
+    for part in [5000..6300, 6300..7300, 7301..7600] {
+        assert_eq!(code(&report(api, inst, l1, "z:1", adds("z:1", part)).await), "OK");
+    }
+    assert_eq!(code(&report(api, inst, l2, "y:1", adds("y:1", 7300..7301)).await), "OK");
+    let keys: Vec<i64> = (5000..7600).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("z:1".into(), 2300, 1, 2600)]);
+    let keys: Vec<i64> = (5000..7700).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("z:1".into(), 2300, 1, 2600)]);
+}

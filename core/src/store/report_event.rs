@@ -649,8 +649,8 @@ impl DataPlane {
     }
 
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
-    /// generation): `None` when it has no reporters. One round trip: the reporters and the
-    /// blocks' presence in one pipeline.
+    /// generation): `None` when it has no reporters. One round trip's wait
+    /// ([`Self::read_presence`]).
     pub(crate) async fn engine_holders(
         &self,
         instance_id: &str,
@@ -752,7 +752,7 @@ impl DataPlane {
     /// GetHostCacheState: for the prompt `blocks`, each live host holding at least its first
     /// block, with its own leading blocks (`local`, L1P5 and L2 tiers alike) and what one peer's
     /// L2 tier would add (`p2p_1_*`: the peer giving the longest prefix, ties to the smaller
-    /// host). One round trip: the reporters and the blocks' entries in one pipeline.
+    /// host). One round trip's wait ([`Self::read_presence`]).
     pub async fn host_cache_state(
         &self,
         instance_id: &str,
@@ -946,8 +946,9 @@ impl DataPlane {
     /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
     /// (key, presence record) and (specs field, specs) pairs built from the reporter's record as
     /// read now — and the event indexes in the order the script answers them. `None` when the
-    /// request does not qualify; the script takes the single-add path itself for the whole
-    /// batch when the record changed meanwhile or any block of it is held already.
+    /// request does not qualify. The script takes the single-add path itself for every block
+    /// when the record changed meanwhile, and for each block that is held already (by another
+    /// reporter, or by this one with other specs); keys and specs are borrowed from `args`.
     async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
