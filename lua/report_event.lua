@@ -4,7 +4,8 @@
 --
 -- KEYS[1] reporters  hash reporter id -> reporter record; '#<idx>' -> reporter id; '#seq'
 --                    -> the last reporter index handed out; '%<medium>' -> medium id (1..255);
---                    '%seq' -> the last medium id handed out
+--                    '%seq' -> the last medium id handed out; '#ver' -> a token replaced
+--                    whenever anything here but a heartbeat time changes
 -- KEYS[2] engine     hash block key (8 bytes) -> presence: one 13-byte record per (reporter,
 --                    medium) holding the block: idx u32 | epoch u32 | generation u32 | medium id
 --                    u8 (all a getHostCacheState read needs)
@@ -59,10 +60,11 @@ local function split(s, from)
   return out
 end
 
--- The reporter, decoded (nil if never seen).
+-- The reporter, decoded (nil if never seen), and its record as stored.
 local rep
+local stored = redis.call('HGET', REP, id)
 do
-  local raw = redis.call('HGET', REP, id)
+  local raw = stored
   if raw then
     local state, idx, epoch, hb, snap, gen, strict, p = struct.unpack('<c1I4I4ddI4c1', raw)
     local z = raw:find('\0', p, true)
@@ -71,9 +73,18 @@ do
     if rep.state == 'A' and now - rep.hb > grace then rep.state = 'T' end
   end
 end
+-- Whether this request changes the `reporters` hash in more than heartbeat times: then its
+-- '#ver' field gets ARGV[4] (fresh per request), which frontends' copies of the hash are
+-- checked against (core/src/store/report_event.rs, CachedReporters).
+local reporters_changed = false
 local function save()
-  redis.call('HSET', REP, id, struct.pack('<c1I4I4ddI4c1', rep.state, rep.idx, rep.epoch, rep.hb, rep.snap,
-    rep.gen, rep.strict) .. rep.version .. '\0' .. rep.mediums)
+  local record = struct.pack('<c1I4I4ddI4c1', rep.state, rep.idx, rep.epoch, rep.hb, rep.snap, rep.gen,
+    rep.strict) .. rep.version .. '\0' .. rep.mediums
+  -- Bytes 10..17 are the heartbeat time.
+  if not stored or record:sub(1, 9) ~= stored:sub(1, 9) or record:sub(18) ~= stored:sub(18) then
+    reporters_changed = true
+  end
+  redis.call('HSET', REP, id, record)
 end
 -- A reporter seen for the first time: a new index, epoch 1, live now.
 local function create()
@@ -138,6 +149,7 @@ local function medium_id(name)
     m = redis.call('HINCRBY', REP, '%seq', 1)
     if m > 255 then return nil end
     redis.call('HSET', REP, '%' .. name, m)
+    reporters_changed = true
   end
   mids[name] = m
   return m
@@ -505,5 +517,6 @@ end
 flush()
 -- (A request whose every event failed validation arrives empty: it reads, and changes nothing.)
 if rep and #ARGV > 4 then save() end
+if reporters_changed then redis.call('HSET', REP, '#ver', ARGV[4]) end
 flush_codes()
 return {1, table.concat(pieces), rep and rep.version or '', retry_after, required and 1 or 0, prepared}

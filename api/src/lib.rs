@@ -185,6 +185,10 @@ pub fn app_state(
     let data = kvcm_core::store::DataPlane::new(conn.clone(), &config.namespace, config.limits())
         .with_replica_ack(replica_ack)
         .with_report_settings(config.report_settings());
+    metrics
+        .registry
+        .register(Box::new(metrics::ReporterReadsCollector::new(data.reporter_reads.clone())))
+        .context("registering engine reporter metrics")?;
     let inflight_kib = config.max_inflight_body_bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
     let health = Arc::new(health::Health::new(
         Duration::from_millis(config.health_check_interval_ms),

@@ -316,6 +316,52 @@ impl prometheus::core::Collector for RegistryCollector {
     }
 }
 
+/// How this frontend's reads of engine-reported tiers got each instance's reporters
+/// (`kvcm_engine_reporter_reads_total{source="cached"|"read"}`, from the data plane's counters).
+pub struct ReporterReadsCollector {
+    reads: Arc<kvcm_core::store::report_event::ReporterReads>,
+    desc: prometheus::core::Desc,
+}
+
+impl ReporterReadsCollector {
+    pub fn new(reads: Arc<kvcm_core::store::report_event::ReporterReads>) -> Self {
+        let desc = prometheus::core::Desc::new(
+            "kvcm_engine_reporter_reads_total".into(),
+            "Reads of engine-reported tiers by where the instance's reporters came from: this frontend's copy (cached) or Valkey (read)".into(),
+            vec!["source".into()],
+            Default::default(),
+        )
+        .expect("valid metric");
+        ReporterReadsCollector { reads, desc }
+    }
+}
+
+impl prometheus::core::Collector for ReporterReadsCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut family = prometheus::proto::MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(prometheus::proto::MetricType::COUNTER);
+        for (source, v) in [("cached", self.reads.cached.load(Relaxed)), ("read", self.reads.read.load(Relaxed))] {
+            let mut counter = prometheus::proto::Counter::default();
+            counter.set_value(v as f64);
+            let mut label = prometheus::proto::LabelPair::default();
+            label.set_name("source".into());
+            label.set_value(source.into());
+            let mut m = prometheus::proto::Metric::default();
+            m.set_label(vec![label]);
+            m.set_counter(counter);
+            family.mut_metric().push(m);
+        }
+        vec![family]
+    }
+}
+
 /// Middleware: counts and times every request by route template; writes the access log line.
 pub async fn track(plane: &'static str, metrics: Arc<Metrics>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());

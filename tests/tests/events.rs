@@ -888,3 +888,56 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
     let keys: Vec<i64> = (5000..7700).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("z:1".into(), 2300, 1, 2600)]);
 }
+
+/// A frontend reuses its copy of an instance's reporters only while it gives the same answers
+/// as the hash in Valkey: another frontend's HOST_DOWN, a new reporter or a new medium shows at
+/// once, a reporter falling silent expires on time, and one heard from again after falling
+/// silent (a heartbeat, which does not change the hash's version) comes back at once.
+#[tokio::test]
+async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey() {
+    let ns = unique("events");
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "800"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
+    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let (a, inst) = (&fx.api, fx.instance.as_str());
+    let b = Api::start_with(&ns, &env);
+    let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
+    let reads = |source: &'static str| {
+        let b = &b;
+        async move { b.metric(&format!("kvcm_engine_reporter_reads_total{{source=\"{source}\"}}")).await }
+    };
+    let gpu = |host: &str, keys: std::ops::Range<i64>| -> Vec<Value> {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events
+    };
+    assert_eq!(code(&report(a, inst, l1, "r:1", gpu("r:1", 1..5)).await), "OK");
+    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4)]);
+    let cached = reads("cached").await;
+    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4)]);
+    assert_eq!(reads("cached").await, cached + 1.0, "the second read used the copy");
+
+    // Another frontend takes events; every change shows at once through this one.
+    assert_eq!(code(&report(a, inst, l2, "s:1", gpu("s:1", 1..3)).await), "OK");
+    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]);
+    let r = report(a, inst, l1, "r:1", vec![add(3, "cpu", &[("tp0", "x://3")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(&b, inst, &[3], &["cpu"]).await, vec![("r:1".into(), 1, 0, 1)], "a new medium");
+    let r = report(a, inst, l1, "r:1", vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("s:1".into(), 2, 0, 2)], "HOST_DOWN");
+
+    // Silence: hidden once the timeout passed, though the copy was read while it was live.
+    let hb = |host: &'static str, tier: &'static str| async move {
+        code(&report(a, inst, tier, host, vec![heartbeat()]).await).to_string()
+    };
+    assert_eq!(hb("s:1", l2).await, "OK");
+    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)]);
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert!(hosts(&b, inst, &[1, 2], &[]).await.is_empty(), "no heartbeat for 1 s");
+    // Heard from again (only its heartbeat time changes): back at once.
+    assert_eq!(hb("s:1", l2).await, "OK");
+    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)], "a heartbeat after silence");
+    let before = (reads("cached").await, reads("read").await);
+    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)]);
+    assert_eq!((reads("cached").await, reads("read").await), (before.0 + 1.0, before.1), "a fresh copy is used");
+}

@@ -53,11 +53,17 @@ pub struct DataPlane {
     /// Per instance: whether it had engine reporters when last looked (and when), so reads of
     /// instances without any skip the engine lookup ([`DataPlane::may_have_reporters`]).
     reporters_seen: Arc<std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>>,
+    /// Per instance: its `reporters` hash as last read, reused while its version field is
+    /// unchanged and no live reporter's heartbeat in it is older than half its timeout
+    /// ([`report_event::CachedReporters`]).
+    reporters_cache: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<report_event::CachedReporters>>>>,
+    /// How presence reads got their reporters: from that cache, or read from Valkey.
+    pub reporter_reads: Arc<report_event::ReporterReads>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps; past this the cache starts over (a
 /// frontend serves far fewer instances; names are cheap to build again).
-const KEYS_CACHED: usize = 4096;
+pub(crate) const KEYS_CACHED: usize = 4096;
 
 impl std::fmt::Debug for DataPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,6 +83,8 @@ impl DataPlane {
             replica_ack: None,
             report_settings: report_event::ReportSettings::default(),
             reporters_seen: Default::default(),
+            reporters_cache: Default::default(),
+            reporter_reads: Default::default(),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::wire::StatusCode;
 use crate::wire::common::{LocationSpec, StorageType};
 use crate::wire::meta::{EventItem, ReportEventRequest, ReportEventType};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Longest medium name ("gpu", "mem", "disk"…).
 pub const MAX_MEDIUM_BYTES: usize = 64;
@@ -511,6 +512,77 @@ impl Reporter {
 /// A hash read as (field, value) pairs.
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// The field of an instance's `reporters` hash set to a fresh random token whenever anything
+/// but a heartbeat time changes: a reporter created, a record's state, lifecycle, generation,
+/// version, strict flag or media, a medium id handed out (`lua/report_event.lua`).
+const VERSION_FIELD: &str = "#ver";
+
+/// An instance's `reporters` hash as this frontend last read it, reused by later reads while
+/// the hash's version field is unchanged — then only heartbeat times can have moved, and only
+/// forward — and every active reporter in it was heard from within half its tier's heartbeat
+/// timeout: such a reporter is live whatever heartbeats came since, and one that is not live in
+/// the copy is not live in Valkey either, so every visibility decision is the one the hash
+/// itself gives. A copy holding an active reporter silent for longer (a host gone without
+/// HOST_DOWN, until the worker forgets it) is not reused.
+pub struct CachedReporters {
+    fields: Arc<Fields>,
+    version: Vec<u8>,
+    /// The oldest heartbeat (Valkey ms) of an active reporter of each tier (L1P5, L2).
+    oldest: [Option<f64>; 2],
+    /// Valkey's time when read, and this process's clock then.
+    read_at_ms: f64,
+    read_at: std::time::Instant,
+}
+
+impl CachedReporters {
+    fn new(all: Fields, now_ms: f64) -> Self {
+        let mut oldest: [Option<f64>; 2] = [None, None];
+        let mut version = Vec::new();
+        for (id, raw) in &all {
+            if id.as_slice() == VERSION_FIELD.as_bytes() {
+                version = raw.clone();
+                continue;
+            }
+            // Reporter records only ('#<idx>', '#seq', '%<medium>', '%seq' are not).
+            if id.first().is_some_and(|c| *c == b'#' || *c == b'%') || raw.first() != Some(&b'A') {
+                continue;
+            }
+            let Some(hb) = raw.get(9..17).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))) else {
+                continue;
+            };
+            let tier = usize::from(id.starts_with(b"L2|"));
+            oldest[tier] = Some(oldest[tier].map_or(hb, |o| o.min(hb)));
+        }
+        CachedReporters {
+            fields: Arc::new(all),
+            version,
+            oldest,
+            read_at_ms: now_ms,
+            read_at: std::time::Instant::now(),
+        }
+    }
+
+    /// Valkey's time now, as this process's clock tells since the read.
+    fn valkey_now_estimate(&self) -> f64 {
+        self.read_at_ms + self.read_at.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// Whether every active reporter of the copy is, at `now_ms`, within half its timeout.
+    fn usable_at(&self, now_ms: f64, liveness: Liveness) -> bool {
+        let fresh =
+            |oldest: Option<f64>, timeout_ms: u64| oldest.is_none_or(|hb| now_ms - hb <= timeout_ms as f64 / 2.0);
+        fresh(self.oldest[0], liveness.l1p5_ms) && fresh(self.oldest[1], liveness.l2_ms)
+    }
+}
+
+/// How presence reads got the instance's reporters: from [`CachedReporters`], or read from
+/// Valkey (`kvcm_engine_reporter_reads_total{source}`).
+#[derive(Debug, Default)]
+pub struct ReporterReads {
+    pub cached: std::sync::atomic::AtomicU64,
+    pub read: std::sync::atomic::AtomicU64,
+}
+
 /// Which live reporters hold each block of a read ([`DataPlane::engine_holders`]).
 pub(crate) struct EngineHolders {
     reporters: std::collections::HashMap<u32, Reporter>,
@@ -624,28 +696,73 @@ impl DataPlane {
     /// A read of the reported tiers: the instance's `reporters` hash, Valkey's time (ms) and the
     /// `engine` presence value of each of `blocks`, decoded where the reply put them. One
     /// pipeline; a long list goes as concurrent chunks on the same connection, as block
-    /// records are read ([`Self::field_values`]).
-    async fn read_presence(&self, instance_id: &str, blocks: &[i64]) -> Result<(Fields, f64, super::Records)> {
+    /// records are read ([`Self::field_values`]). The reporters come from this frontend's
+    /// [`CachedReporters`] when the hash's version field says nothing but heartbeats changed
+    /// since and the cache cannot have let a live reporter's heartbeat expire (then the
+    /// pipeline asks for the version instead of the whole hash); otherwise from Valkey.
+    async fn read_presence(
+        &self,
+        instance_id: &str,
+        blocks: &[i64],
+        liveness: Liveness,
+    ) -> Result<(Arc<Fields>, f64, super::Records)> {
         let keys = self.keys(instance_id);
+        let cached = self.reporters_cache.lock().unwrap_or_else(|e| e.into_inner()).get(instance_id).cloned();
+        let cached = cached.filter(|c| c.usable_at(c.valkey_now_estimate(), liveness));
         let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(&keys.reporters).cmd("TIME");
+        match &cached {
+            Some(_) => pipe.cmd("HGET").arg(&keys.reporters).arg(VERSION_FIELD),
+            None => pipe.cmd("HGETALL").arg(&keys.reporters),
+        };
+        pipe.cmd("TIME");
         let ms = |(s, us): (u64, u64)| s as f64 * 1000.0 + (us / 1000) as f64;
-        if blocks.len() <= 2 * super::HMGET_CHUNK {
+        let (head, time, entries) = if blocks.len() <= 2 * super::HMGET_CHUNK {
             let hmget = pipe.cmd("HMGET").arg(&keys.engine);
             for b in blocks {
                 hmget.arg(&block_field(*b)[..]);
             }
-            let (all, time, entries): (Fields, (u64, u64), redis::Value) = pipe.query_async(&mut self.conn()).await?;
-            return Ok((all, ms(time), super::Records::from_replies(vec![entries], blocks.len())?));
+            let (head, time, entries): (redis::Value, (u64, u64), redis::Value) =
+                pipe.query_async(&mut self.conn()).await?;
+            (head, time, super::Records::from_replies(vec![entries], blocks.len())?)
+        } else {
+            let mut conn = self.conn();
+            let first = pipe.query_async::<(redis::Value, (u64, u64))>(&mut conn);
+            let ((head, time), entries) = futures::future::try_join(
+                async { first.await.map_err(Error::from) },
+                self.field_values(&keys.engine, blocks),
+            )
+            .await?;
+            (head, time, entries)
+        };
+        let now = ms(time);
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(c) = cached {
+            let version: Option<Vec<u8>> = redis::from_redis_value(head)?;
+            if version.unwrap_or_default() == c.version && c.usable_at(now, liveness) {
+                self.reporter_reads.cached.fetch_add(1, Relaxed);
+                return Ok((c.fields.clone(), now, entries));
+            }
+            // Changed meanwhile: the whole hash, in a round trip of its own.
+            let all: Fields = redis::cmd("HGETALL").arg(&keys.reporters).query_async(&mut self.conn()).await?;
+            self.reporter_reads.read.fetch_add(1, Relaxed);
+            return Ok((self.cache_reporters(instance_id, all, now), now, entries));
         }
-        let mut conn = self.conn();
-        let head = pipe.query_async::<(Fields, (u64, u64))>(&mut conn);
-        let ((all, time), entries) = futures::future::try_join(
-            async { head.await.map_err(Error::from) },
-            self.field_values(&keys.engine, blocks),
-        )
-        .await?;
-        Ok((all, ms(time), entries))
+        let all: Fields = redis::from_redis_value(head)?;
+        self.reporter_reads.read.fetch_add(1, Relaxed);
+        Ok((self.cache_reporters(instance_id, all, now), now, entries))
+    }
+
+    /// Keeps `all`, the instance's `reporters` hash as read at Valkey time `now_ms`, for later
+    /// reads ([`CachedReporters`]).
+    fn cache_reporters(&self, instance_id: &str, all: Fields, now_ms: f64) -> Arc<Fields> {
+        let cached = Arc::new(CachedReporters::new(all, now_ms));
+        let fields = cached.fields.clone();
+        let mut cache = self.reporters_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= super::KEYS_CACHED {
+            cache.clear();
+        }
+        cache.insert(instance_id.to_string(), cached);
+        fields
     }
 
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
@@ -660,7 +777,7 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(None);
         }
-        let (all, now_ms, entries) = self.read_presence(instance_id, blocks).await?;
+        let (all, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
         if all.is_empty() {
             return Ok(None);
         }
@@ -764,7 +881,7 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(Vec::new());
         }
-        let (all, now_ms, entries) = self.read_presence(instance_id, blocks).await?;
+        let (all, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
         let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         // The requested media by id (a medium nobody reported matches nothing).
         let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty()).then(|| {
