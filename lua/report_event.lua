@@ -5,7 +5,7 @@
 -- KEYS[1] reporters  hash reporter id -> reporter record; '#<idx>' -> reporter id; '#seq'
 --                    -> the last reporter index handed out; '%<medium>' -> medium id (1..255);
 --                    '%seq' -> the last medium id handed out; '#ver' -> a token replaced
---                    whenever anything here but a heartbeat time changes
+--                    whenever anything here but a heartbeat time changes ('#vseq' its counter)
 -- KEYS[2] engine     hash block key (8 bytes) -> presence: one 13-byte record per (reporter,
 --                    medium) holding the block: idx u32 | epoch u32 | generation u32 | medium id
 --                    u8 (all a getHostCacheState read needs)
@@ -73,18 +73,25 @@ do
     if rep.state == 'A' and now - rep.hb > grace then rep.state = 'T' end
   end
 end
--- Whether this request changes the `reporters` hash in more than heartbeat times: then its
--- '#ver' field gets ARGV[4] (fresh per request), which frontends' copies of the hash are
--- checked against (core/src/store/report_event.rs, CachedReporters).
-local reporters_changed = false
+-- A change to the `reporters` hash in more than heartbeat times: its '#ver' field gets a token
+-- unique to this run (ARGV[4], fresh per request, and a counter, so that a resent request's
+-- run differs too), which frontends' copies of the hash are checked against
+-- (core/src/store/report_event.rs, CachedReporters). Set where each change is made, so that a
+-- run cut short still leaves its changes marked.
+local ver_token
+local function reporters_changed()
+  if not ver_token then ver_token = ARGV[4] .. ':' .. redis.call('HINCRBY', REP, '#vseq', 1) end
+  redis.call('HSET', REP, '#ver', ver_token)
+end
 local function save()
   local record = struct.pack('<c1I4I4ddI4c1', rep.state, rep.idx, rep.epoch, rep.hb, rep.snap, rep.gen,
     rep.strict) .. rep.version .. '\0' .. rep.mediums
   -- Bytes 10..17 are the heartbeat time.
-  if not stored or record:sub(1, 9) ~= stored:sub(1, 9) or record:sub(18) ~= stored:sub(18) then
-    reporters_changed = true
-  end
   redis.call('HSET', REP, id, record)
+  if not stored or record:sub(1, 9) ~= stored:sub(1, 9) or record:sub(18) ~= stored:sub(18) then
+    reporters_changed()
+  end
+  stored = record
 end
 -- A reporter seen for the first time: a new index, epoch 1, live now.
 local function create()
@@ -149,7 +156,7 @@ local function medium_id(name)
     m = redis.call('HINCRBY', REP, '%seq', 1)
     if m > 255 then return nil end
     redis.call('HSET', REP, '%' .. name, m)
-    reporters_changed = true
+    reporters_changed()
   end
   mids[name] = m
   return m
@@ -517,6 +524,5 @@ end
 flush()
 -- (A request whose every event failed validation arrives empty: it reads, and changes nothing.)
 if rep and #ARGV > 4 then save() end
-if reporters_changed then redis.call('HSET', REP, '#ver', ARGV[4]) end
 flush_codes()
 return {1, table.concat(pieces), rep and rep.version or '', retry_after, required and 1 or 0, prepared}

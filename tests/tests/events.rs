@@ -890,54 +890,96 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
 }
 
 /// A frontend reuses its copy of an instance's reporters only while it gives the same answers
-/// as the hash in Valkey: another frontend's HOST_DOWN, a new reporter or a new medium shows at
-/// once, a reporter falling silent expires on time, and one heard from again after falling
-/// silent (a heartbeat, which does not change the hash's version) comes back at once.
+/// as the hash in Valkey: each change another frontend makes — a new reporter, a new medium,
+/// HOST_DOWN, a new lifecycle, a snapshot — shows at once, though the copy was in use just
+/// before (checked each time); a reporter falling silent expires on time, and one heard from
+/// again after falling silent (a heartbeat, which does not change the hash's version) comes
+/// back at once.
 #[tokio::test]
 async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey() {
     let ns = unique("events");
-    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "800"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
+    // A copy is reused only while every live reporter in it was heard from within half the
+    // timeout (1.5 s here): each step below sends a heartbeat and runs well inside that.
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "3000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
     let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
     let (a, inst) = (&fx.api, fx.instance.as_str());
     let b = Api::start_with(&ns, &env);
     let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
-    let reads = |source: &'static str| {
+    let reads = || {
         let b = &b;
-        async move { b.metric(&format!("kvcm_engine_reporter_reads_total{{source=\"{source}\"}}")).await }
+        async move {
+            let metric = |source: &str| format!("kvcm_engine_reporter_reads_total{{source=\"{source}\"}}");
+            (b.metric(&metric("cached")).await, b.metric(&metric("read")).await)
+        }
     };
-    let gpu = |host: &str, keys: std::ops::Range<i64>| -> Vec<Value> {
+    let gpu = |host: &str, keys: &[i64]| -> Vec<Value> {
         let mut events = vec![heartbeat()];
-        events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events.extend(keys.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
         events
     };
-    assert_eq!(code(&report(a, inst, l1, "r:1", gpu("r:1", 1..5)).await), "OK");
-    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4)]);
-    let cached = reads("cached").await;
-    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4)]);
-    assert_eq!(reads("cached").await, cached + 1.0, "the second read used the copy");
+    let all = [1, 2, 3, 4];
+    // Reads through b, first from Valkey, then from its copy.
+    let in_use = |expected: Vec<(String, i64, i64, i64)>| {
+        let b = &b;
+        async move {
+            let before = reads().await;
+            assert_eq!(hosts(b, inst, &all, &[]).await, expected);
+            assert_eq!(reads().await, (before.0 + 1.0, before.1), "b's copy was in use");
+        }
+    };
+    assert_eq!(code(&report(a, inst, l1, "r:1", gpu("r:1", &all)).await), "OK");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("r:1".into(), 4, 0, 4)]);
+    in_use(vec![("r:1".into(), 4, 0, 4)]).await;
 
-    // Another frontend takes events; every change shows at once through this one.
-    assert_eq!(code(&report(a, inst, l2, "s:1", gpu("s:1", 1..3)).await), "OK");
-    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]);
-    let r = report(a, inst, l1, "r:1", vec![add(3, "cpu", &[("tp0", "x://3")])]).await;
+    // A new reporter.
+    assert_eq!(code(&report(a, inst, l2, "s:1", gpu("s:1", &[1, 2])).await), "OK");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]);
+    in_use(vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]).await;
+    // A new medium.
+    let r = report(a, inst, l1, "r:1", vec![heartbeat(), add(3, "cpu", &[("tp0", "x://3")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(&b, inst, &[3], &["cpu"]).await, vec![("r:1".into(), 1, 0, 1)], "a new medium");
+    // HOST_DOWN.
+    in_use(vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]).await;
     let r = report(a, inst, l1, "r:1", vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})]).await;
     assert_eq!(code(&r), "OK", "{r}");
-    assert_eq!(hosts(&b, inst, &[1, 2, 3, 4], &[]).await, vec![("s:1".into(), 2, 0, 2)], "HOST_DOWN");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("s:1".into(), 2, 0, 2)], "HOST_DOWN");
+    // A new lifecycle: what it held before stays hidden.
+    in_use(vec![("s:1".into(), 2, 0, 2)]).await;
+    let mut events = vec![register(&["gpu"])];
+    events.extend(gpu("r:1", &[1, 2, 3]));
+    assert_eq!(code(&report(a, inst, l1, "r:1", events).await), "OK");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 2, 0, 2)]);
+    // A snapshot: exactly its blocks from then on.
+    in_use(vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 2, 0, 2)]).await;
+    let r = report(a, inst, l2, "s:1", vec![heartbeat(), snapshot(&[(1, "gpu")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 1, 0, 1)], "a snapshot");
 
-    // Silence: hidden once the timeout passed, though the copy was read while it was live.
-    let hb = |host: &'static str, tier: &'static str| async move {
-        code(&report(a, inst, tier, host, vec![heartbeat()]).await).to_string()
-    };
-    assert_eq!(hb("s:1", l2).await, "OK");
-    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)]);
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-    assert!(hosts(&b, inst, &[1, 2], &[]).await.is_empty(), "no heartbeat for 1 s");
+    // Silence: hidden once the timeout passed, though the copy was read while they were live.
+    in_use(vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 1, 0, 1)]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3300)).await;
+    assert!(hosts(&b, inst, &all, &[]).await.is_empty(), "no heartbeat for 3.3 s");
     // Heard from again (only its heartbeat time changes): back at once.
-    assert_eq!(hb("s:1", l2).await, "OK");
-    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)], "a heartbeat after silence");
-    let before = (reads("cached").await, reads("read").await);
-    assert_eq!(hosts(&b, inst, &[1, 2], &[]).await, vec![("s:1".into(), 2, 0, 2)]);
-    assert_eq!((reads("cached").await, reads("read").await), (before.0 + 1.0, before.1), "a fresh copy is used");
+    assert_eq!(code(&report(a, inst, l2, "s:1", vec![heartbeat()]).await), "OK");
+    assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("s:1".into(), 1, 0, 1)], "a heartbeat after silence");
+}
+
+/// A copy holding a reporter heard from more than half its timeout ago is not reused: read at
+/// 0.7 s after a heartbeat and asked again after the reporter's next heartbeat, it would call
+/// a live reporter dead (its copy of the heartbeat time is older than the timeout).
+#[tokio::test]
+async fn a_copy_with_a_heartbeat_near_its_timeout_is_read_again() {
+    let ns = unique("events");
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "1000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
+    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let (a, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let r = report(a, inst, l1, "h:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert_eq!(hosts(a, inst, &[1], &[]).await, vec![("h:1".into(), 1, 0, 1)], "live 0.7 s after its heartbeat");
+    assert_eq!(code(&report(a, inst, l1, "h:1", vec![heartbeat()]).await), "OK");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(hosts(a, inst, &[1], &[]).await, vec![("h:1".into(), 1, 0, 1)], "live 0.4 s after its heartbeat");
 }

@@ -492,10 +492,10 @@ impl DataPlane {
 /// A reporter as a query sees it.
 #[derive(Debug, Clone)]
 struct Reporter {
-    host: String,
+    host: Arc<str>,
     l2: bool,
     /// Its generation's version (32 hex; the first add starts a generation), empty before.
-    version: String,
+    version: Arc<str>,
     /// Live: active, heard from within the heartbeat timeout.
     live: bool,
     epoch: u32,
@@ -525,8 +525,11 @@ const VERSION_FIELD: &str = "#ver";
 /// itself gives. A copy holding an active reporter silent for longer (a host gone without
 /// HOST_DOWN, until the worker forgets it) is not reused.
 pub struct CachedReporters {
-    fields: Arc<Fields>,
     version: Vec<u8>,
+    /// The reporters by index, as stored: each (not yet `live`), whether active, its heartbeat.
+    by_index: std::collections::HashMap<u32, (Reporter, bool, f64)>,
+    /// Medium ids by name (`%<medium>`).
+    media: std::collections::HashMap<Vec<u8>, u8>,
     /// The oldest heartbeat (Valkey ms) of an active reporter of each tier (L1P5, L2).
     oldest: [Option<f64>; 2],
     /// Valkey's time when read, and this process's clock then.
@@ -535,31 +538,47 @@ pub struct CachedReporters {
 }
 
 impl CachedReporters {
+    /// The instance's `reporters` hash (`HGETALL`), decoded, as read at Valkey time `now_ms`.
     fn new(all: Fields, now_ms: f64) -> Self {
+        let records: std::collections::HashMap<&[u8], &[u8]> =
+            all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         let mut oldest: [Option<f64>; 2] = [None, None];
-        let mut version = Vec::new();
-        for (id, raw) in &all {
-            if id.as_slice() == VERSION_FIELD.as_bytes() {
-                version = raw.clone();
-                continue;
+        let (mut version, mut by_index, mut media) =
+            (Vec::new(), std::collections::HashMap::new(), std::collections::HashMap::new());
+        for (field, value) in &all {
+            if field.as_slice() == VERSION_FIELD.as_bytes() {
+                version = value.clone();
+            } else if let Some(idx) =
+                field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok())
+            {
+                // '#<idx>' -> reporter id -> its record.
+                let Some((r, active, hb)) = records.get(value.as_slice()).and_then(|raw| reporter(value, raw)) else {
+                    continue;
+                };
+                if active {
+                    let tier = usize::from(r.l2);
+                    oldest[tier] = Some(oldest[tier].map_or(hb, |o| o.min(hb)));
+                }
+                by_index.insert(idx, (r, active, hb));
+            } else if let Some(name) = field.strip_prefix(b"%")
+                && let Some(id) = std::str::from_utf8(value).ok().and_then(|v| v.parse::<u8>().ok())
+            {
+                media.insert(name.to_vec(), id);
             }
-            // Reporter records only ('#<idx>', '#seq', '%<medium>', '%seq' are not).
-            if id.first().is_some_and(|c| *c == b'#' || *c == b'%') || raw.first() != Some(&b'A') {
-                continue;
-            }
-            let Some(hb) = raw.get(9..17).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))) else {
-                continue;
-            };
-            let tier = usize::from(id.starts_with(b"L2|"));
-            oldest[tier] = Some(oldest[tier].map_or(hb, |o| o.min(hb)));
         }
-        CachedReporters {
-            fields: Arc::new(all),
-            version,
-            oldest,
-            read_at_ms: now_ms,
-            read_at: std::time::Instant::now(),
-        }
+        CachedReporters { version, by_index, media, oldest, read_at_ms: now_ms, read_at: std::time::Instant::now() }
+    }
+
+    /// The reporters by index as of Valkey time `now_ms`: live when active and heard from within
+    /// their tier's timeout.
+    fn reporters_at(&self, now_ms: f64, liveness: Liveness) -> std::collections::HashMap<u32, Reporter> {
+        self.by_index
+            .iter()
+            .map(|(idx, (r, active, hb))| {
+                let timeout_ms = if r.l2 { liveness.l2_ms } else { liveness.l1p5_ms };
+                (*idx, Reporter { live: *active && now_ms - hb <= timeout_ms as f64, ..r.clone() })
+            })
+            .collect()
     }
 
     /// Valkey's time now, as this process's clock tells since the read.
@@ -574,6 +593,12 @@ impl CachedReporters {
         fresh(self.oldest[0], liveness.l1p5_ms) && fresh(self.oldest[1], liveness.l2_ms)
     }
 }
+
+/// The longest a frontend reuses its copy of an instance's reporters, whatever else says it
+/// may: a bound on how long any change the version field does not mark (a frontend of a version
+/// before it writing during a rolling upgrade, heartbeat times set back by a failover that lost
+/// writes) can go unseen.
+const COPY_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How presence reads got the instance's reporters: from [`CachedReporters`], or read from
 /// Valkey (`kvcm_engine_reporter_reads_total{source}`).
@@ -593,15 +618,15 @@ pub(crate) struct EngineHolders {
 impl EngineHolders {
     /// Whether reporter `idx` is of the L2 tier, and its host.
     pub(crate) fn tier_and_host(&self, idx: u32) -> Option<(bool, &str)> {
-        self.reporters.get(&idx).map(|r| (r.l2, r.host.as_str()))
+        self.reporters.get(&idx).map(|r| (r.l2, &*r.host))
     }
 }
 
-/// Decodes a reporter record (`lua/report_event.lua`); `None` if malformed.
-fn reporter(id: &[u8], raw: &[u8], now_ms: f64, liveness: Liveness) -> Option<Reporter> {
+/// Decodes a reporter record (`lua/report_event.lua`): the reporter (not yet `live`), whether
+/// it is active (state 'A') and its last heartbeat (ms); `None` if malformed.
+fn reporter(id: &[u8], raw: &[u8]) -> Option<(Reporter, bool, f64)> {
     let id = std::str::from_utf8(id).ok()?;
     let (tier, host) = id.split_once('|')?;
-    let timeout_ms = if tier == "L2" { liveness.l2_ms } else { liveness.l1p5_ms };
     // state c1 | idx u32 | epoch u32 | heartbeat f64 | snapshot f64 | generation u32 | strict c1
     let state = *raw.first()?;
     let epoch = u32::from_le_bytes(raw.get(5..9)?.try_into().ok()?);
@@ -610,15 +635,16 @@ fn reporter(id: &[u8], raw: &[u8], now_ms: f64, liveness: Liveness) -> Option<Re
     let strict = *raw.get(29)? == b'1';
     let tail = raw.get(30..).unwrap_or_default();
     let version = tail.split(|b| *b == 0).next().and_then(|v| std::str::from_utf8(v).ok()).unwrap_or_default();
-    Some(Reporter {
-        host: host.to_string(),
+    let r = Reporter {
+        host: host.into(),
         l2: tier == "L2",
-        version: version.to_string(),
-        live: state == b'A' && now_ms - hb <= timeout_ms as f64,
+        version: version.into(),
+        live: false,
         epoch,
         generation,
         strict,
-    })
+    };
+    Some((r, state == b'A', hb))
 }
 
 /// Calls `f(idx)` for each record of a block's presence (`engine` value: 13-byte records of
@@ -640,26 +666,6 @@ fn visible_records(
             f(idx);
         }
     }
-}
-
-/// The reporters of an instance by index, from its `reporters` hash (`HGETALL`) read at `now_ms`.
-fn reporters_by_index(
-    all: &[(Vec<u8>, Vec<u8>)],
-    now_ms: f64,
-    liveness: Liveness,
-) -> std::collections::HashMap<u32, Reporter> {
-    let records: std::collections::HashMap<&[u8], &[u8]> =
-        all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
-    let mut reporters = std::collections::HashMap::new();
-    for (field, id) in all {
-        let Some(idx) = field.strip_prefix(b"#").and_then(|i| std::str::from_utf8(i).ok()?.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(r) = records.get(id.as_slice()).and_then(|raw| reporter(id, raw, now_ms, liveness)) {
-            reporters.insert(idx, r);
-        }
-    }
-    reporters
 }
 
 /// `uri` with `s_version=<version>` in its query (before any `#fragment`), as Tair answers
@@ -693,76 +699,85 @@ fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
 }
 
 impl DataPlane {
-    /// A read of the reported tiers: the instance's `reporters` hash, Valkey's time (ms) and the
+    /// A read of the reported tiers: the instance's reporters, Valkey's time (ms) and the
     /// `engine` presence value of each of `blocks`, decoded where the reply put them. One
     /// pipeline; a long list goes as concurrent chunks on the same connection, as block
     /// records are read ([`Self::field_values`]). The reporters come from this frontend's
-    /// [`CachedReporters`] when the hash's version field says nothing but heartbeats changed
-    /// since and the cache cannot have let a live reporter's heartbeat expire (then the
-    /// pipeline asks for the version instead of the whole hash); otherwise from Valkey.
+    /// [`CachedReporters`] when the copy is under [`COPY_MAX_AGE`] old, the hash's version field
+    /// says nothing but heartbeats changed since, and no live reporter's heartbeat can have
+    /// expired in it (then the pipeline asks for the version instead of the whole hash);
+    /// otherwise — and, when the version changed, in a read of its own — from Valkey.
     async fn read_presence(
         &self,
         instance_id: &str,
         blocks: &[i64],
         liveness: Liveness,
-    ) -> Result<(Arc<Fields>, f64, super::Records)> {
+    ) -> Result<(Arc<CachedReporters>, f64, super::Records)> {
+        use std::sync::atomic::Ordering::Relaxed;
         let keys = self.keys(instance_id);
         let cached = self.reporters_cache.lock().unwrap_or_else(|e| e.into_inner()).get(instance_id).cloned();
-        let cached = cached.filter(|c| c.usable_at(c.valkey_now_estimate(), liveness));
+        if let Some(c) =
+            cached.filter(|c| c.read_at.elapsed() < COPY_MAX_AGE && c.usable_at(c.valkey_now_estimate(), liveness))
+        {
+            let (head, now, entries) = self.presence_pipeline(&keys, blocks, false).await?;
+            let version: Option<Vec<u8>> = redis::from_redis_value(head)?;
+            if version.unwrap_or_default() == c.version && c.usable_at(now, liveness) {
+                self.reporter_reads.cached.fetch_add(1, Relaxed);
+                return Ok((c, now, entries));
+            }
+            // Changed meanwhile: read again, the reporters first as always.
+        }
+        let (head, now, entries) = self.presence_pipeline(&keys, blocks, true).await?;
+        let all: Fields = redis::from_redis_value(head)?;
+        self.reporter_reads.read.fetch_add(1, Relaxed);
+        Ok((self.cache_reporters(instance_id, all, now), now, entries))
+    }
+
+    /// The pipeline of [`Self::read_presence`]: the `reporters` hash (`whole`) or its version
+    /// field, Valkey's time (ms), and the blocks' presence values.
+    async fn presence_pipeline(
+        &self,
+        keys: &crate::keys::InstanceKeys,
+        blocks: &[i64],
+        whole: bool,
+    ) -> Result<(redis::Value, f64, super::Records)> {
         let mut pipe = redis::pipe();
-        match &cached {
-            Some(_) => pipe.cmd("HGET").arg(&keys.reporters).arg(VERSION_FIELD),
-            None => pipe.cmd("HGETALL").arg(&keys.reporters),
-        };
+        if whole {
+            pipe.cmd("HGETALL").arg(&keys.reporters);
+        } else {
+            pipe.cmd("HGET").arg(&keys.reporters).arg(VERSION_FIELD);
+        }
         pipe.cmd("TIME");
         let ms = |(s, us): (u64, u64)| s as f64 * 1000.0 + (us / 1000) as f64;
-        let (head, time, entries) = if blocks.len() <= 2 * super::HMGET_CHUNK {
+        if blocks.len() <= 2 * super::HMGET_CHUNK {
             let hmget = pipe.cmd("HMGET").arg(&keys.engine);
             for b in blocks {
                 hmget.arg(&block_field(*b)[..]);
             }
             let (head, time, entries): (redis::Value, (u64, u64), redis::Value) =
                 pipe.query_async(&mut self.conn()).await?;
-            (head, time, super::Records::from_replies(vec![entries], blocks.len())?)
-        } else {
-            let mut conn = self.conn();
-            let first = pipe.query_async::<(redis::Value, (u64, u64))>(&mut conn);
-            let ((head, time), entries) = futures::future::try_join(
-                async { first.await.map_err(Error::from) },
-                self.field_values(&keys.engine, blocks),
-            )
-            .await?;
-            (head, time, entries)
-        };
-        let now = ms(time);
-        use std::sync::atomic::Ordering::Relaxed;
-        if let Some(c) = cached {
-            let version: Option<Vec<u8>> = redis::from_redis_value(head)?;
-            if version.unwrap_or_default() == c.version && c.usable_at(now, liveness) {
-                self.reporter_reads.cached.fetch_add(1, Relaxed);
-                return Ok((c.fields.clone(), now, entries));
-            }
-            // Changed meanwhile: the whole hash, in a round trip of its own.
-            let all: Fields = redis::cmd("HGETALL").arg(&keys.reporters).query_async(&mut self.conn()).await?;
-            self.reporter_reads.read.fetch_add(1, Relaxed);
-            return Ok((self.cache_reporters(instance_id, all, now), now, entries));
+            return Ok((head, ms(time), super::Records::from_replies(vec![entries], blocks.len())?));
         }
-        let all: Fields = redis::from_redis_value(head)?;
-        self.reporter_reads.read.fetch_add(1, Relaxed);
-        Ok((self.cache_reporters(instance_id, all, now), now, entries))
+        let mut conn = self.conn();
+        let first = pipe.query_async::<(redis::Value, (u64, u64))>(&mut conn);
+        let ((head, time), entries) = futures::future::try_join(
+            async { first.await.map_err(Error::from) },
+            self.field_values(&keys.engine, blocks),
+        )
+        .await?;
+        Ok((head, ms(time), entries))
     }
 
     /// Keeps `all`, the instance's `reporters` hash as read at Valkey time `now_ms`, for later
     /// reads ([`CachedReporters`]).
-    fn cache_reporters(&self, instance_id: &str, all: Fields, now_ms: f64) -> Arc<Fields> {
+    fn cache_reporters(&self, instance_id: &str, all: Fields, now_ms: f64) -> Arc<CachedReporters> {
         let cached = Arc::new(CachedReporters::new(all, now_ms));
-        let fields = cached.fields.clone();
         let mut cache = self.reporters_cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= super::KEYS_CACHED {
             cache.clear();
         }
-        cache.insert(instance_id.to_string(), cached);
-        fields
+        cache.insert(instance_id.to_string(), cached.clone());
+        cached
     }
 
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
@@ -777,11 +792,11 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(None);
         }
-        let (all, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
-        if all.is_empty() {
+        let (cached, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
+        if cached.by_index.is_empty() {
             return Ok(None);
         }
-        let reporters = reporters_by_index(&all, now_ms, liveness);
+        let reporters = cached.reporters_at(now_ms, liveness);
         let per_block = entries
             .iter()
             .map(|raw| {
@@ -881,20 +896,11 @@ impl DataPlane {
         if blocks.is_empty() {
             return Ok(Vec::new());
         }
-        let (all, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
-        let records: HashMap<&[u8], &[u8]> = all.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let (cached, now_ms, entries) = self.read_presence(instance_id, blocks, liveness).await?;
         // The requested media by id (a medium nobody reported matches nothing).
-        let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty()).then(|| {
-            mediums
-                .iter()
-                .filter_map(|m| {
-                    let id = records.get(format!("%{m}").as_bytes())?;
-                    std::str::from_utf8(id).ok()?.parse::<u8>().ok()
-                })
-                .collect()
-        });
-        // Reporter index -> reporter, from the `#<idx>` -> id entries and the records by id.
-        let reporters = reporters_by_index(&all, now_ms, liveness);
+        let wanted: Option<std::collections::HashSet<u8>> = (!mediums.is_empty())
+            .then(|| mediums.iter().filter_map(|m| cached.media.get(m.as_bytes()).copied()).collect());
+        let reporters = cached.reporters_at(now_ms, liveness);
         // Per host, per block up to the first block nobody holds: bit 0 held (any tier), bit 1
         // held in L2. One byte per host and block, only for hosts holding something.
         const OWN: u8 = 1;
@@ -914,7 +920,7 @@ impl DataPlane {
         for (idx, r) in &reporters {
             if r.live {
                 let n = slots.len();
-                let slot = *slots.entry(r.host.as_str()).or_insert(n);
+                let slot = *slots.entry(&*r.host).or_insert(n);
                 let bits = if r.l2 { OWN | L2 } else { OWN };
                 by_idx.insert(*idx, Live { slot, bits, epoch: r.epoch, generation: r.generation, strict: r.strict });
             }
