@@ -230,6 +230,8 @@ async fn bad_items_fail_alone_and_bad_requests_change_nothing() {
             add(6, "gpu", &[("tp0", "x://y?s_version=abc")]),
             add(7, "gpu", &[]),
             json!({"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "seven", "medium": "gpu", "specs": [{"name": "tp0", "uri": "x://y"}]}}),
+            // `%seq` counts the instance's medium ids: a medium of that name would take another's id.
+            add(9, "seq", &[("tp0", "x://y")]),
             add(8, "gpu", &[("tp0", "x://y")]),
         ],
     )
@@ -245,11 +247,14 @@ async fn bad_items_fail_alone_and_bad_requests_change_nothing() {
             "INVALID_ARGUMENT",
             "INVALID_ARGUMENT",
             "INVALID_ARGUMENT",
+            "INVALID_ARGUMENT",
             "OK"
         ]),
         "{r}"
     );
+    assert!(r["header"]["status"]["message"].as_str().unwrap_or_default().contains("event 1"), "{r}");
     assert_eq!(hosts(api, inst, &[8], &[]).await, vec![("h:2".into(), 1, 0, 1)]);
+    assert!(hosts(api, inst, &[8], &["seq"]).await.is_empty(), "no medium is named seq");
     // Request-level faults refuse everything before anything is written.
     for (events, why) in [
         (vec![snapshot(&[(1, "gpu")]), snapshot(&[(2, "gpu")])], "at most one"),

@@ -184,6 +184,10 @@ fn medium(value: &str) -> std::result::Result<(), String> {
     if value.contains(',') || value.contains('#') {
         return Err(format!("medium '{value}' must not contain ',' or '#'"));
     }
+    // `%seq` in the reporters hash is the counter of medium ids, not a medium.
+    if value == "seq" {
+        return Err("medium 'seq' is reserved; name the medium otherwise".into());
+    }
     Ok(())
 }
 
@@ -560,7 +564,7 @@ impl CachedReporters {
                     oldest[tier] = Some(oldest[tier].map_or(hb, |o| o.min(hb)));
                 }
                 by_index.insert(idx, (r, active, hb));
-            } else if let Some(name) = field.strip_prefix(b"%")
+            } else if let Some(name) = field.strip_prefix(b"%").filter(|n| *n != b"seq")
                 && let Some(id) = std::str::from_utf8(value).ok().and_then(|v| v.parse::<u8>().ok())
             {
                 media.insert(name.to_vec(), id);
