@@ -904,8 +904,8 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
 async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey() {
     let ns = unique("events");
     // A copy is reused only while every live reporter in it was heard from within half the
-    // timeout (1.5 s here): each step below sends a heartbeat and runs well inside that.
-    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "3000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
+    // timeout (2.5 s here): each step below sends a heartbeat and runs well inside that.
+    let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "5000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
     let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
     let (a, inst) = (&fx.api, fx.instance.as_str());
     let b = Api::start_with(&ns, &env);
@@ -963,16 +963,17 @@ async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey
 
     // Silence: hidden once the timeout passed, though the copy was read while they were live.
     in_use(vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 1, 0, 1)]).await;
-    tokio::time::sleep(std::time::Duration::from_millis(3300)).await;
-    assert!(hosts(&b, inst, &all, &[]).await.is_empty(), "no heartbeat for 3.3 s");
+    tokio::time::sleep(std::time::Duration::from_millis(5300)).await;
+    assert!(hosts(&b, inst, &all, &[]).await.is_empty(), "no heartbeat for 5.3 s");
     // Heard from again (only its heartbeat time changes): back at once.
     assert_eq!(code(&report(a, inst, l2, "s:1", vec![heartbeat()]).await), "OK");
     assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("s:1".into(), 1, 0, 1)], "a heartbeat after silence");
 }
 
-/// A copy holding a reporter heard from more than half its timeout ago is not reused: read at
-/// 0.7 s after a heartbeat and asked again after the reporter's next heartbeat, it would call
-/// a live reporter dead (its copy of the heartbeat time is older than the timeout).
+/// A copy holding a reporter heard from more than half its timeout ago is not reused: read
+/// 0.7 s after a heartbeat (1 s timeout) and asked again 0.4 s after the reporter's next
+/// heartbeat, it would call a live reporter dead (its heartbeat time is older than the
+/// timeout by then).
 #[tokio::test]
 async fn a_copy_with_a_heartbeat_near_its_timeout_is_read_again() {
     let ns = unique("events");
@@ -983,7 +984,8 @@ async fn a_copy_with_a_heartbeat_near_its_timeout_is_read_again() {
     let r = report(a, inst, l1, "h:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    assert_eq!(hosts(a, inst, &[1], &[]).await, vec![("h:1".into(), 1, 0, 1)], "live 0.7 s after its heartbeat");
+    // The read that leaves the copy (whatever a slow machine makes of the timing here).
+    hosts(a, inst, &[1], &[]).await;
     assert_eq!(code(&report(a, inst, l1, "h:1", vec![heartbeat()]).await), "OK");
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(hosts(a, inst, &[1], &[]).await, vec![("h:1".into(), 1, 0, 1)], "live 0.4 s after its heartbeat");
