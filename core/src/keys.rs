@@ -163,7 +163,9 @@ pub struct InstanceKeys {
     /// String: the last evict call's id and reply, for a minute (`lua/evict.lua`).
     pub evict_last: String,
     /// Hash: engine reporter id (`<storage type>|<host_ip_port>`) → reporter record; `#<idx>` →
-    /// reporter id; `#seq` → last index handed out (`lua/report_event.lua`).
+    /// reporter id; `#seq` → last index handed out; `%<medium>` → medium id, `%seq` the last
+    /// handed out; `#ver` → a token replaced on every change but heartbeat times (`#vseq` its
+    /// counter) (`lua/report_event.lua`).
     pub reporters: String,
     /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (13-byte records:
     /// reporter index, lifecycle epoch, generation, medium id).

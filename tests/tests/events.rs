@@ -252,8 +252,9 @@ async fn bad_items_fail_alone_and_bad_requests_change_nothing() {
         ]),
         "{r}"
     );
-    assert!(r["header"]["status"]["message"].as_str().unwrap_or_default().contains("event 1"), "{r}");
     assert_eq!(hosts(api, inst, &[8], &[]).await, vec![("h:2".into(), 1, 0, 1)]);
+    let r = report(api, inst, l2, "h:2", vec![add(9, "seq", &[("tp0", "x://y")])]).await;
+    assert!(message(&r).contains("medium 'seq' is reserved"), "{r}");
     assert!(hosts(api, inst, &[8], &["seq"]).await.is_empty(), "no medium is named seq");
     // Request-level faults refuse everything before anything is written.
     for (events, why) in [
@@ -945,17 +946,23 @@ async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(&b, inst, &[3], &["cpu"]).await, vec![("r:1".into(), 1, 0, 1)], "a new medium");
     // HOST_DOWN.
+    let beat = |host: &'static str, tier: &'static str| async move {
+        assert_eq!(code(&report(a, inst, tier, host, vec![heartbeat()]).await), "OK");
+    };
+    beat("s:1", l2).await;
     in_use(vec![("r:1".into(), 4, 0, 4), ("s:1".into(), 2, 0, 2)]).await;
     let r = report(a, inst, l1, "r:1", vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})]).await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("s:1".into(), 2, 0, 2)], "HOST_DOWN");
     // A new lifecycle: what it held before stays hidden.
+    beat("s:1", l2).await;
     in_use(vec![("s:1".into(), 2, 0, 2)]).await;
     let mut events = vec![register(&["gpu"])];
     events.extend(gpu("r:1", &[1, 2, 3]));
     assert_eq!(code(&report(a, inst, l1, "r:1", events).await), "OK");
     assert_eq!(hosts(&b, inst, &all, &[]).await, vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 2, 0, 2)]);
     // A snapshot: exactly its blocks from then on.
+    beat("s:1", l2).await;
     in_use(vec![("r:1".into(), 3, 0, 3), ("s:1".into(), 2, 0, 2)]).await;
     let r = report(a, inst, l2, "s:1", vec![heartbeat(), snapshot(&[(1, "gpu")])]).await;
     assert_eq!(code(&r), "OK", "{r}");

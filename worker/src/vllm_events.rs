@@ -450,6 +450,10 @@ pub async fn run(w: Worker, sub: Subscription, mut stop: tokio::sync::watch::Rec
         "L2" => StorageType::ST_EVENT_REPORT_L2,
         other => bail!("--tier must be L1P5 or L2, got {other}"),
     };
+    // (reportEvent refuses it: the instance's medium-id counter is kept under that name.)
+    if sub.medium == "seq" {
+        bail!("--medium seq is reserved; name the medium otherwise");
+    }
     w.registry.instance(&sub.instance).await.context("the instance is not registered in kvcm")?;
     let mut e =
         Engine { sub, storage_type, known: HashMap::new(), next_seq: None, applied: Default::default(), resync: false };
