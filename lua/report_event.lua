@@ -23,11 +23,12 @@
 --   'D' key(8) mlen u8 medium name '\0' name... BLOCK_DELETE
 --   'S' count                                  BLOCK_SNAPSHOT, its `count` items in the next
 --                                              arguments: key(8) mlen u8 medium specs
---   'B' idx u32 epoch u32 gen u32 count        `count` BLOCK_ADDs the frontend prepared against
---                                              the reporter record it read (distinct blocks),
---                                              last in the request: then `count`
---                                              pairs (key, presence record) and `count` pairs
---                                              (specs field, specs), HSET-ready
+--   'B' idx u32 epoch u32 gen u32 count ':' (mid u8 | name length u8 | medium)*
+--                                              `count` BLOCK_ADDs the frontend prepared against
+--                                              the reporter record and medium ids it read
+--                                              (distinct blocks), last in the request: then
+--                                              `count` pairs (key, presence record) and `count`
+--                                              pairs (specs field, specs), HSET-ready
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
@@ -342,7 +343,7 @@ do
       end
       j = j + count
     elseif kind == 'B' then
-      local count = tonumber(ARGV[j]:sub(14))
+      local count = tonumber(ARGV[j]:match('^(%d+):', 14))
       if j + 4 * count ~= #ARGV then return redis.error_reply('report_event: a B batch must come last') end
       j = j + 4 * count
     end
@@ -407,7 +408,7 @@ while i <= #ARGV do
     if kind == 'S' then i = i + tonumber(ev:sub(2)) end
     if kind == 'B' then
       -- One code per add the batch carries.
-      local count = tonumber(ev:sub(14))
+      local count = tonumber(ev:match('^(%d+):', 14))
       for _ = 1, count do codes[#codes + 1] = code end
       i = i + 4 * count
       code = nil
@@ -457,9 +458,23 @@ while i <= #ARGV do
     -- others too, touched earlier in the request, or with other specs to merge — goes through
     -- the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
-    local count = tonumber(ev:sub(14))
+    local digits = ev:match('^(%d+):', 14)
+    local count = tonumber(digits)
     local P, Q = i + 1, i + 1 + 2 * count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
+    -- The medium ids the frontend built the records with, checked against the instance's (an
+    -- instance removed and registered again meanwhile numbers its media afresh): `real[sent
+    -- id]` is the id to use (nil: no room for the medium), and any difference sends every
+    -- block through the single-add path.
+    local real = {}
+    local p = 14 + #digits + 1
+    while p <= #ev do
+      local sent, len = ev:byte(p, p + 1)
+      local m = medium_id(ev:sub(p + 2, p + 1 + len))
+      real[sent] = m
+      if m ~= sent then same = false end
+      p = p + 2 + len
+    end
     generation()
     local untouched = same and next(pdirty) == nil
     for c = 0, count - 1, 500 do
@@ -504,7 +519,8 @@ while i <= #ARGV do
           else
             -- What an earlier event of the request made of it, else what is stored.
             if not pdirty[key] then pres[key], had[key] = v, v and true or nil end
-            codes[#codes + 1] = put(key, record:byte(13), blob, false)
+            local mid = real[record:byte(13)]
+            codes[#codes + 1] = mid and put(key, mid, blob, false) or 7
           end
         end
         if #eng > 0 then

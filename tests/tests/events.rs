@@ -997,3 +997,57 @@ async fn a_copy_with_a_heartbeat_near_its_timeout_is_read_again() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(hosts(a, inst, &[1], &[]).await, vec![("h:1".into(), 1, 0, 1)], "live 0.4 s after its heartbeat");
 }
+
+/// A prepared batch names the media its records were built with: when the instance numbers a
+/// medium otherwise (removed and registered again between the frontend's read and the
+/// script), the adds take the single-add path under the instance's own ids, not the stale one.
+#[tokio::test]
+async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instances_ids() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    // gpu gets id 1, cpu id 2.
+    let r = report(
+        api,
+        inst,
+        l1,
+        "m:1",
+        vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")]), add(2, "cpu", &[("tp0", "x://2")])],
+    )
+    .await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let key = |name: &str| instance_key(&api.namespace, inst, name);
+    let record: Vec<u8> =
+        redis::cmd("HGET").arg(key("reporters")).arg("L1P5|m:1").query_async(&mut valkey().await).await.unwrap();
+    let header = [&record[1..9], &record[25..29]].concat();
+    // A batch prepared as if gpu were id 2.
+    let block = 50i64.to_be_bytes();
+    let rec = [&header[..], &[2]].concat();
+    let field = [&block[..], &header[..4], &[2]].concat();
+    let uri = "x://50";
+    let specs = [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat();
+    let batch = [&b"B"[..], &header, b"1:", &[2, 3], b"gpu"].concat();
+    let reply: redis::Value = kvcm_core::scripts::REPORT_EVENT
+        .script()
+        .key(key("reporters"))
+        .key(key("engine"))
+        .key(key("engine_specs"))
+        .arg("L1P5|m:1")
+        .arg("300000")
+        .arg("0")
+        .arg("0123456789abcdef0123456789abcdef")
+        .arg("H")
+        .arg(batch)
+        .arg(&block[..])
+        .arg(rec)
+        .arg(field)
+        .arg(specs)
+        .invoke_async(&mut valkey().await)
+        .await
+        .unwrap();
+    let redis::Value::Array(parts) = &reply else { panic!("{reply:?}") };
+    assert_eq!(parts[1], redis::Value::BulkString(vec![1, 1]), "both events OK: {reply:?}");
+    assert_eq!(parts[5], redis::Value::Int(0), "not stored as prepared: {reply:?}");
+    assert_eq!(hosts(api, inst, &[50], &["gpu"]).await, vec![("m:1".into(), 1, 0, 1)], "under gpu's id");
+    assert!(hosts(api, inst, &[50], &["cpu"]).await.is_empty(), "not under the stale id");
+}

@@ -1133,6 +1133,14 @@ impl DataPlane {
         let mut b = vec![b'B'];
         b.extend_from_slice(&header);
         b.extend_from_slice(adds.to_string().as_bytes());
+        // The media by the ids the records carry, for the script to check (names are at most
+        // MAX_MEDIUM_BYTES, checked by `medium`).
+        b.push(b':');
+        for (m, id) in media.iter().zip(&ids) {
+            b.push(*id);
+            b.push(m.len() as u8);
+            b.extend_from_slice(m);
+        }
         out.push(Cow::Owned(b));
         // The batch's pairs: (key, presence record) then (specs field, specs); keys and specs
         // borrowed from the encoded events.
