@@ -14,7 +14,8 @@
 -- ARGV[1] reporter id
 -- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (unregistered) for events
 -- ARGV[3] snapshot min interval, ms
--- ARGV[4] a fresh 32-hex version, used if this request starts a generation
+-- ARGV[4] a fresh 32-hex version, used if this request starts a generation, and the base of the
+--         reporters hash's '#ver' token if it changes it
 -- ARGV[5..] events, one per argument, validated by the caller (core/src/store/report_event.rs):
 --   'R' medium '\0' medium ...                 NODE_REGISTER
 --   'H'                                        HEARTBEAT
@@ -92,7 +93,6 @@ local function save()
   if not stored or record:sub(1, 9) ~= stored:sub(1, 9) or record:sub(18) ~= stored:sub(18) then
     reporters_changed()
   end
-  stored = record
 end
 -- A reporter seen for the first time: a new index, epoch 1, live now.
 local function create()

@@ -924,10 +924,12 @@ async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey
         events
     };
     let all = [1, 2, 3, 4];
-    // Reads through b, first from Valkey, then from its copy.
+    // Two reads through b: the first leaves a copy (or uses it), the second, moments later,
+    // uses it.
     let in_use = |expected: Vec<(String, i64, i64, i64)>| {
         let b = &b;
         async move {
+            assert_eq!(hosts(b, inst, &all, &[]).await, expected);
             let before = reads().await;
             assert_eq!(hosts(b, inst, &all, &[]).await, expected);
             assert_eq!(reads().await, (before.0 + 1.0, before.1), "b's copy was in use");

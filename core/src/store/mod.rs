@@ -61,9 +61,10 @@ pub struct DataPlane {
     pub reporter_reads: Arc<report_event::ReporterReads>,
 }
 
-/// Instances whose key names [`DataPlane::keys`] keeps; past this the cache starts over (a
-/// frontend serves far fewer instances; names are cheap to build again).
-pub(crate) const KEYS_CACHED: usize = 4096;
+/// Instances whose key names [`DataPlane::keys`] keeps (and whose reporters and reporter copies
+/// the data plane keeps); past this a cache starts over (a frontend serves far fewer
+/// instances; what is kept is cheap to read again).
+const KEYS_CACHED: usize = 4096;
 
 impl std::fmt::Debug for DataPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -785,8 +785,8 @@ impl DataPlane {
     }
 
     /// Who holds each of `blocks` among the instance's live reporters (current lifecycle and
-    /// generation): `None` when it has no reporters. One round trip's wait
-    /// ([`Self::read_presence`]).
+    /// generation): `None` when it has no reporters. One round trip's wait, two when the
+    /// reporters changed meanwhile ([`Self::read_presence`]).
     pub(crate) async fn engine_holders(
         &self,
         instance_id: &str,
@@ -888,7 +888,8 @@ impl DataPlane {
     /// GetHostCacheState: for the prompt `blocks`, each live host holding at least its first
     /// block, with its own leading blocks (`local`, L1P5 and L2 tiers alike) and what one peer's
     /// L2 tier would add (`p2p_1_*`: the peer giving the longest prefix, ties to the smaller
-    /// host). One round trip's wait ([`Self::read_presence`]).
+    /// host). One round trip's wait, two when the reporters changed meanwhile
+    /// ([`Self::read_presence`]).
     pub async fn host_cache_state(
         &self,
         instance_id: &str,
@@ -1102,6 +1103,11 @@ impl DataPlane {
             }
             if !media.contains(&medium) {
                 media.push(medium);
+                // A reporter holds at most 64 media (the script refuses more): past that the
+                // adds go one by one and fail there, and this scan stays short.
+                if media.len() > 64 {
+                    return Ok(None);
+                }
             }
         }
         let mut pipe = redis::pipe();
