@@ -67,6 +67,11 @@ async fn hosts(api: &Api, instance: &str, keys: &[i64], medium: &[&str]) -> Vec<
         .collect()
 }
 
+/// A fixture (one `tp0` spec) on a frontend of its own started with `env` (liveness settings).
+async fn fixture_with(env: &[(&str, &str)]) -> Fixture {
+    Fixture::on(Api::start_with(&unique("events"), env), &[("tp0", 64)], 1, json!({})).await
+}
+
 fn uri(host: &str, key: i64) -> String {
     format!("event_report://{host}/gpu/{key}?size=4096")
 }
@@ -339,11 +344,10 @@ async fn snapshots_replace_the_set_are_rate_limited_and_survive_the_frontend() {
 
 #[tokio::test]
 async fn a_silent_reporter_is_hidden_then_unregistered() {
-    let ns = unique("events");
     // The heartbeat that recovers must come within the grace after the first one: 3 s leaves a
     // loaded CI machine room between the two (they are ~1 s apart).
     let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "800"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "3000")];
-    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let fx = fixture_with(&env).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
     let r = report(api, inst, l1, "q:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
@@ -533,10 +537,9 @@ async fn a_peer_fills_only_the_gaps_and_report_event_works_over_grpc() {
 
 #[tokio::test]
 async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
-    let ns = unique("events");
     // "stays" heartbeats every 200 ms: a 2 s grace leaves a loaded machine room.
     let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "400"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "2000")];
-    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let fx = fixture_with(&env).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
     for host in ["gone:1", "stays:1"] {
@@ -554,7 +557,7 @@ async fn reporters_gone_for_a_grace_are_forgotten_and_come_back_as_new_ones() {
     };
     // Within the grace the tombstone holds: a heartbeat is refused.
     assert_eq!(code(&report(api, inst, l1, "gone:1", vec![heartbeat()]).await), "NODE_NOT_REGISTERED");
-    let worker = WorkerProc::start(&ns, &env);
+    let worker = WorkerProc::start(&fx.api.namespace, &env);
     let stays = async {
         loop {
             assert_eq!(code(&report(api, inst, l1, "stays:1", vec![heartbeat()]).await), "OK");
@@ -903,13 +906,12 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
 /// back at once.
 #[tokio::test]
 async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey() {
-    let ns = unique("events");
     // A copy is reused only while every live reporter in it was heard from within half the
     // timeout (2.5 s here): each step below sends a heartbeat and runs well inside that.
     let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "5000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
-    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let fx = fixture_with(&env).await;
     let (a, inst) = (&fx.api, fx.instance.as_str());
-    let b = Api::start_with(&ns, &env);
+    let b = Api::start_with(&fx.api.namespace, &env);
     let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
     let reads = || {
         let b = &b;
@@ -985,9 +987,8 @@ async fn a_frontends_copy_of_the_reporters_never_answers_differently_from_valkey
 /// timeout by then).
 #[tokio::test]
 async fn a_copy_with_a_heartbeat_near_its_timeout_is_read_again() {
-    let ns = unique("events");
     let env = [("KVCM_EVENT_REPORT_HEARTBEAT_TIMEOUT_MS", "1000"), ("KVCM_EVENT_REPORT_CLEANUP_GRACE_MS", "60000")];
-    let fx = Fixture::on(Api::start_with(&ns, &env), &[("tp0", 64)], 1, json!({})).await;
+    let fx = fixture_with(&env).await;
     let (a, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
     let r = report(a, inst, l1, "h:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
