@@ -28,8 +28,9 @@
 --                                              `count` BLOCK_ADDs the frontend prepared against
 --                                              the reporter record and medium ids it read
 --                                              (distinct blocks), last in the request: then
---                                              `count` pairs (key, presence record) and `count`
---                                              pairs (specs field, specs), HSET-ready
+--                                              `count` keys (8 bytes), one argument of `count`
+--                                              medium ids (one byte per block, as read), and
+--                                              `count` specs (as stored, above)
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
@@ -344,8 +345,10 @@ do
       j = j + count
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:match('^(%d+):', 14))
-      if j + 4 * count ~= #ARGV then return redis.error_reply('report_event: a B batch must come last') end
-      j = j + 4 * count
+      if j + 2 * count + 1 ~= #ARGV or #ARGV[j + count + 1] ~= count then
+        return redis.error_reply('report_event: a B batch must come last, with count keys, ids and specs')
+      end
+      j = j + 2 * count + 1
     end
     j = j + 1
   end
@@ -410,7 +413,7 @@ while i <= #ARGV do
       -- One code per add the batch carries.
       local count = tonumber(ev:match('^(%d+):', 14))
       for _ = 1, count do codes[#codes + 1] = code end
-      i = i + 4 * count
+      i = i + 2 * count + 1
       code = nil
     end
   elseif kind == 'A' or kind == 'D' then
@@ -460,7 +463,9 @@ while i <= #ARGV do
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
-    local P, Q = i + 1, i + 1 + 2 * count
+    -- ARGV[K + q]: the q-th block's key (q from 0); bids:byte(q + 1) its medium id as the
+    -- frontend read it; ARGV[S + q] its specs.
+    local K, bids, S = i + 1, ARGV[i + 1 + count], i + 2 + count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     -- The medium ids the frontend built the records with, checked against the instance's (an
     -- instance removed and registered again meanwhile numbers its media afresh): `real[sent
@@ -476,41 +481,51 @@ while i <= #ARGV do
       p = p + 2 + len
     end
     generation()
+    -- This reporter's record and specs-field tail for each medium of the batch, as locals.
+    local argv, brec, btail = ARGV, {}, {}
+    if same then
+      for _, m in pairs(real) do brec[m], btail[m] = rec(m), spec_field('', rep.idx, m) end
+    end
     local untouched = same and next(pdirty) == nil
     for c = 0, count - 1, 500 do
       local last = math.min(c + 499, count - 1)
-      local from, n = P + 2 * c, last - c + 1
-      -- The chunk's (key, record) pairs read as they stand: an HMGET of both, whose record
-      -- halves (13 bytes, never a field of `engine`: its fields are 8-byte keys) answer nil.
-      local now_held = redis.call('HMGET', ENG, unpack(ARGV, from, from + 2 * n - 1))
+      local n = last - c + 1
+      local now_held = redis.call('HMGET', ENG, unpack(ARGV, K + c, K + last))
       local held = false
-      for q = 1, 2 * n, 2 do
+      for q = 1, n do
         if now_held[q] then held = true break end
       end
       if untouched and not held then
-        -- The common case: every block of the chunk new — stored straight from the arguments.
-        redis.call('HSET', ENG, unpack(ARGV, from, from + 2 * n - 1))
-        redis.call('HSET', SPC, unpack(ARGV, Q + 2 * c, Q + 2 * last + 1))
+        -- The common case: every block of the chunk new — stored as sent, under this
+        -- reporter's record (the one the frontend read: `same`).
+        local eng, spc, ids, k, s = {}, {}, {bids:byte(c + 1, c + n)}, K + c - 1, S + c - 1
+        for q = 1, n do
+          local key, mid = argv[k + q], ids[q]
+          eng[2 * q - 1], eng[2 * q] = key, brec[mid] or rec(mid)
+          spc[2 * q - 1], spc[2 * q] = key .. (btail[mid] or spec_field('', rep.idx, mid)), argv[s + q]
+        end
+        redis.call('HSET', ENG, unpack(eng))
+        redis.call('HSET', SPC, unpack(spc))
         ok_codes(n)
         prepared = prepared + n
       else
         -- The stored specs of the chunk's blocks whose only record is this very one.
-        local fields, at = {}, {}
+        local fields, at, ids = {}, {}, {bids:byte(c + 1, c + n)}
         for q = 0, n - 1 do
-          local key = ARGV[from + 2 * q]
-          if same and now_held[2 * q + 1] == ARGV[from + 2 * q + 1] and not pdirty[key] then
-            fields[#fields + 1] = ARGV[Q + 2 * (c + q)]
+          local key = ARGV[K + c + q]
+          if same and now_held[q + 1] == rec(ids[q + 1]) and not pdirty[key] then
+            fields[#fields + 1] = spec_field(key, rep.idx, ids[q + 1])
             at[q] = #fields
           end
         end
         local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
         local eng, spc = {}, {}
         for q = 0, n - 1 do
-          local key, record = ARGV[from + 2 * q], ARGV[from + 2 * q + 1]
-          local v, blob = now_held[2 * q + 1], ARGV[Q + 2 * (c + q) + 1]
+          local key, mid = ARGV[K + c + q], ids[q + 1]
+          local v, blob = now_held[q + 1], ARGV[S + c + q]
           if same and not v and not pdirty[key] then
-            eng[#eng + 1], eng[#eng + 2] = key, record
-            spc[#spc + 1], spc[#spc + 2] = ARGV[Q + 2 * (c + q)], blob
+            eng[#eng + 1], eng[#eng + 2] = key, rec(mid)
+            spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
             codes[#codes + 1] = 1
             prepared = prepared + 1
           elseif at[q] and old[at[q]] == blob then
@@ -519,8 +534,8 @@ while i <= #ARGV do
           else
             -- What an earlier event of the request made of it, else what is stored.
             if not pdirty[key] then pres[key], had[key] = v, v and true or nil end
-            local mid = real[record:byte(13)]
-            codes[#codes + 1] = mid and put(key, mid, blob, false) or 7
+            local m = real[mid]
+            codes[#codes + 1] = m and put(key, m, blob, false) or 7
           end
         end
         if #eng > 0 then
@@ -529,7 +544,7 @@ while i <= #ARGV do
         end
       end
     end
-    i = i + 4 * count
+    i = i + 2 * count + 1
     code = nil
   else
     return redis.error_reply('report_event: unknown event ' .. kind)

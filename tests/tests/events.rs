@@ -628,6 +628,20 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
     assert_eq!(hosts(api, inst, &[2000], &["cpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
     assert_eq!(hosts(api, inst, &[2000], &["gpu"]).await, vec![("c:1".into(), 1, 0, 1)]);
+    // A batch of three chunks whose blocks alternate between two media: each block is stored
+    // under its own medium (the batch carries one medium id per block).
+    assert_eq!(code(&report(api, inst, l1, "d:1", vec![heartbeat(), add(1, "cpu", &[("tp0", "x://1")])]).await), "OK");
+    let before = api.metric("kvcm_engine_blocks_prepared_total").await;
+    let medium = |k: i64| if k % 2 == 0 { "gpu" } else { "cpu" };
+    let mut events = vec![heartbeat()];
+    events.extend((3000..4100).map(|k| add(k, medium(k), &[("tp0", &uri("d:1", k))])));
+    assert_eq!(code(&report(api, inst, l1, "d:1", events).await), "OK");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await - before, 1100.0, "stored as prepared");
+    for k in [3000, 3001, 3498, 3499, 3500, 3501, 3999, 4000, 4099] {
+        let other = if medium(k) == "gpu" { "cpu" } else { "gpu" };
+        assert_eq!(hosts(api, inst, &[k], &[medium(k)]).await, vec![("d:1".into(), 1, 0, 1)], "block {k}");
+        assert!(hosts(api, inst, &[k], &[other]).await.is_empty(), "block {k} is not in {other}");
+    }
 }
 
 /// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
@@ -1025,8 +1039,6 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
     let header = [&record[1..9], &record[25..29]].concat();
     // A batch prepared as if gpu were id 2.
     let block = 50i64.to_be_bytes();
-    let rec = [&header[..], &[2]].concat();
-    let field = [&block[..], &header[..4], &[2]].concat();
     let uri = "x://50";
     let specs = [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat();
     let batch = [&b"B"[..], &header, b"1:", &[2, 3], b"gpu"].concat();
@@ -1042,8 +1054,7 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .arg("H")
         .arg(batch)
         .arg(&block[..])
-        .arg(rec)
-        .arg(field)
+        .arg(&[2u8][..])
         .arg(specs)
         .invoke_async(&mut valkey().await)
         .await

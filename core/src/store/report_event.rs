@@ -1072,8 +1072,8 @@ impl DataPlane {
     /// For a request of only adds and heartbeats (at least [`PREPARE_AT`] adds of distinct
     /// blocks) of a reporter that exists, is registered and has a generation, with every
     /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
-    /// (key, presence record) and (specs field, specs) pairs built from the reporter's record as
-    /// read now — and the event indexes in the order the script answers them. `None` when the
+    /// the batch's header (the reporter's record and medium ids as read now), keys, ids and
+    /// specs — and the event indexes in the order the script answers them. `None` when the
     /// request does not qualify. The script takes the single-add path itself for every block
     /// when the record changed meanwhile, and for each block that is held already (by another
     /// reporter, or by this one with other specs); keys and specs are borrowed from `args`.
@@ -1128,7 +1128,7 @@ impl DataPlane {
         // idx u32 | epoch u32 | generation u32 (the record: state | idx | epoch | heartbeat |
         // snapshot | generation | …)
         let header = [&record[1..9], &record[25..29]].concat();
-        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(args.len() + 3 * adds + 1);
+        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(args.len() + adds + 2);
         let mut order = Vec::with_capacity(sent.len());
         for (a, &i) in args.iter().zip(sent) {
             if a[0] == b'H' {
@@ -1139,7 +1139,7 @@ impl DataPlane {
         let mut b = vec![b'B'];
         b.extend_from_slice(&header);
         b.extend_from_slice(adds.to_string().as_bytes());
-        // The media by the ids the records carry, for the script to check (names are at most
+        // The media by the ids the batch carries, for the script to check (names are at most
         // MAX_MEDIUM_BYTES, checked by `medium`).
         b.push(b':');
         for (m, id) in media.iter().zip(&ids) {
@@ -1148,10 +1148,11 @@ impl DataPlane {
             b.extend_from_slice(m);
         }
         out.push(Cow::Owned(b));
-        // The batch's pairs: (key, presence record) then (specs field, specs); keys and specs
-        // borrowed from the encoded events.
-        let recs: Vec<Vec<u8>> = ids.iter().map(|mid| [&header[..], &[*mid]].concat()).collect();
-        let mut specs = Vec::with_capacity(2 * adds);
+        // The batch: its keys, one argument of medium ids (a byte per block) and its specs,
+        // keys and specs borrowed from the encoded events. The script builds each presence
+        // record and specs field from the header and the id.
+        let mut mids = Vec::with_capacity(adds);
+        let mut specs = Vec::with_capacity(adds);
         for (a, &i) in args.iter().zip(sent) {
             if a[0] != b'A' {
                 continue;
@@ -1159,15 +1160,11 @@ impl DataPlane {
             let (key, medium, blob) = split(a);
             let m = media.iter().position(|m| *m == medium).expect("collected above");
             out.push(Cow::Borrowed(key));
-            out.push(Cow::Owned(recs[m].clone()));
-            let mut field = Vec::with_capacity(13);
-            field.extend_from_slice(key);
-            field.extend_from_slice(&header[..4]);
-            field.push(ids[m]);
-            specs.push(Cow::Owned(field));
+            mids.push(ids[m]);
             specs.push(Cow::Borrowed(blob));
             order.push(i);
         }
+        out.push(Cow::Owned(mids));
         out.extend(specs);
         Ok(Some((out, order)))
     }
