@@ -241,12 +241,12 @@ impl Engine {
     fn add(&self, inst: &InstanceInfo, key: i64, medium: &str) -> EventItem {
         EventItem {
             event_type: ReportEventType::EVENT_BLOCK_ADD,
-            block_add: Some(BlockAddEventParams {
+            block_add: Some(Box::new(BlockAddEventParams {
                 block_key: key.to_string(),
                 medium: medium.to_string(),
                 specs: self.specs(inst, medium, key),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         }
     }
@@ -306,11 +306,11 @@ impl Engine {
                         let Some(key) = key else { continue };
                         items.push(EventItem {
                             event_type: ReportEventType::EVENT_BLOCK_DELETE,
-                            block_delete: Some(BlockDeleteEventParams {
+                            block_delete: Some(Box::new(BlockDeleteEventParams {
                                 block_key: key.to_string(),
                                 medium: medium.clone(),
                                 spec_names: inst.location_spec_infos.iter().map(|s| s.name.clone()).collect(),
-                            }),
+                            })),
                             ..Default::default()
                         });
                     }
@@ -333,12 +333,12 @@ fn lifecycle() -> [EventItem; 2] {
     [
         EventItem {
             event_type: ReportEventType::EVENT_HOST_DOWN,
-            host_down: Some(HostDownEventParams::default()),
+            host_down: Some(HostDownEventParams {}),
             ..Default::default()
         },
         EventItem {
             event_type: ReportEventType::EVENT_NODE_REGISTER,
-            node_register: Some(NodeRegisterEventParams::default()),
+            node_register: Some(Box::new(NodeRegisterEventParams::default())),
             ..Default::default()
         },
     ]
@@ -347,7 +347,7 @@ fn lifecycle() -> [EventItem; 2] {
 fn heartbeat() -> EventItem {
     EventItem {
         event_type: ReportEventType::EVENT_HEARTBEAT,
-        heartbeat: Some(HeartbeatEventParams::default()),
+        heartbeat: Some(Box::new(HeartbeatEventParams::default())),
         ..Default::default()
     }
 }
