@@ -455,11 +455,11 @@ while i <= #ARGV do
   elseif kind == 'B' then
     -- Adds the frontend prepared against the reporter's record (see the header: distinct
     -- blocks, last in the request). When the record is unchanged since the frontend read it,
-    -- each block takes the cheapest path that is exact: a block nobody holds is stored as sent
-    -- (HSET, no per-block Lua work); a block whose only record is this very one and whose
-    -- stored specs are the ones sent (a re-add) changes nothing; any other block — held by
-    -- others too, touched earlier in the request, or with other specs to merge — goes through
-    -- the single-add path.
+    -- each block takes the cheapest path that is exact: a block nobody holds is stored under
+    -- the record read (one HSET per hash and chunk); a block whose only record is this very one
+    -- and whose stored specs are the ones sent (a re-add) changes nothing; any other block —
+    -- held by others too, touched earlier in the request, or with other specs to merge — goes
+    -- through the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
@@ -467,7 +467,7 @@ while i <= #ARGV do
     -- frontend read it; ARGV[S + q] its specs.
     local K, bids, S = i + 1, ARGV[i + 1 + count], i + 2 + count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
-    -- The medium ids the frontend built the records with, checked against the instance's (an
+    -- The medium ids the batch carries, checked against the instance's (an
     -- instance removed and registered again meanwhile numbers its media afresh): `real[sent
     -- id]` is the id to use (nil: no room for the medium), and any difference sends every
     -- block through the single-add path.

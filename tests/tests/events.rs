@@ -637,11 +637,37 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     events.extend((3000..4100).map(|k| add(k, medium(k), &[("tp0", &uri("d:1", k))])));
     assert_eq!(code(&report(api, inst, l1, "d:1", events).await), "OK");
     assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await - before, 1100.0, "stored as prepared");
-    for k in [3000, 3001, 3498, 3499, 3500, 3501, 3999, 4000, 4099] {
+    let sampled = [3000, 3001, 3498, 3499, 3500, 3501, 3999, 4000, 4099];
+    for k in sampled {
         let other = if medium(k) == "gpu" { "cpu" } else { "gpu" };
         assert_eq!(hosts(api, inst, &[k], &[medium(k)]).await, vec![("d:1".into(), 1, 0, 1)], "block {k}");
         assert!(hosts(api, inst, &[k], &[other]).await.is_empty(), "block {k} is not in {other}");
+        // Its specs, under the field its presence record names.
+        let u = uri("d:1", k);
+        let blob = [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat();
+        assert_eq!(only_specs(api, inst, k).await, blob, "specs of block {k}");
     }
+    // The same batch again: every chunk held, by this reporter alone with the same specs —
+    // nothing changes. Then with another spec: merged, chunk by chunk, medium by medium.
+    let resend = |spec: &'static str| {
+        let mut events = vec![heartbeat()];
+        events.extend((3000..4100).map(|k| add(k, medium(k), &[(spec, &uri("d:1", k))])));
+        events
+    };
+    let stored: Vec<Vec<u8>> = futures::future::join_all(sampled.map(|k| presence(api, inst, k))).await;
+    assert_eq!(code(&report(api, inst, l1, "d:1", resend("tp0")).await), "OK");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await - before, 2200.0, "a re-add changes nothing");
+    assert_eq!(futures::future::join_all(sampled.map(|k| presence(api, inst, k))).await, stored);
+    assert_eq!(code(&report(api, inst, l1, "d:1", resend("tp1")).await), "OK");
+    for k in sampled {
+        assert_eq!(only_specs(api, inst, k).await[0], 2, "block {k} holds tp0 and tp1");
+    }
+    // A batch adding, in gpu, a block this reporter holds in cpu: both records kept.
+    let mut events = vec![heartbeat(), add(3001, "gpu", &[("tp0", "x://g")])];
+    events.extend((5000..5070).map(|k| add(k, "gpu", &[("tp0", &uri("d:1", k))])));
+    assert_eq!(code(&report(api, inst, l1, "d:1", events).await), "OK");
+    assert_eq!(hosts(api, inst, &[3001], &["cpu"]).await, vec![("d:1".into(), 1, 0, 1)]);
+    assert_eq!(hosts(api, inst, &[3001], &["gpu"]).await, vec![("d:1".into(), 1, 0, 1)]);
 }
 
 /// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
@@ -1037,11 +1063,10 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
     let record: Vec<u8> =
         redis::cmd("HGET").arg(key("reporters")).arg("L1P5|m:1").query_async(&mut valkey().await).await.unwrap();
     let header = [&record[1..9], &record[25..29]].concat();
-    // A batch prepared as if gpu were id 2.
-    let block = 50i64.to_be_bytes();
-    let uri = "x://50";
-    let specs = [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat();
-    let batch = [&b"B"[..], &header, b"1:", &[2, 3], b"gpu"].concat();
+    // A batch prepared as if gpu were id 2 and cpu id 1: block 50 in gpu, 51 in cpu.
+    let (block, block2) = (50i64.to_be_bytes(), 51i64.to_be_bytes());
+    let specs = |uri: &str| [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat();
+    let batch = [&b"B"[..], &header, b"2:", &[2, 3], b"gpu", &[1, 3], b"cpu"].concat();
     let reply: redis::Value = kvcm_core::scripts::REPORT_EVENT
         .script()
         .key(key("reporters"))
@@ -1054,14 +1079,18 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .arg("H")
         .arg(batch)
         .arg(&block[..])
-        .arg(&[2u8][..])
-        .arg(specs)
+        .arg(&block2[..])
+        .arg(&[2u8, 1][..])
+        .arg(specs("x://50"))
+        .arg(specs("x://51"))
         .invoke_async(&mut valkey().await)
         .await
         .unwrap();
     let redis::Value::Array(parts) = &reply else { panic!("{reply:?}") };
-    assert_eq!(parts[1], redis::Value::BulkString(vec![1, 1]), "both events OK: {reply:?}");
+    assert_eq!(parts[1], redis::Value::BulkString(vec![1, 1, 1]), "every event OK: {reply:?}");
     assert_eq!(parts[5], redis::Value::Int(0), "not stored as prepared: {reply:?}");
     assert_eq!(hosts(api, inst, &[50], &["gpu"]).await, vec![("m:1".into(), 1, 0, 1)], "under gpu's id");
     assert!(hosts(api, inst, &[50], &["cpu"]).await.is_empty(), "not under the stale id");
+    assert_eq!(hosts(api, inst, &[51], &["cpu"]).await, vec![("m:1".into(), 1, 0, 1)], "under cpu's id");
+    assert!(hosts(api, inst, &[51], &["gpu"]).await.is_empty(), "not under the stale id");
 }
