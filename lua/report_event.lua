@@ -315,6 +315,37 @@ local function flush()
   for c = 1, #ssets, 1000 do redis.call('HSET', SPC, unpack(ssets, c, math.min(c + 999, #ssets))) end
   for c = 1, #sdels, 1000 do redis.call('HDEL', SPC, unpack(sdels, c, math.min(c + 999, #sdels))) end
 end
+-- A stored presence value none of whose records is this reporter's and that has room for one
+-- more: {keep = its records that can still be visible, dropped = the specs-field tails (idx u32
+-- | medium id u8) of the others, [medium id] = the value with this reporter's record appended},
+-- the same for every block holding that value (blocks of one prefix held by the same hosts
+-- do); false otherwise. What `put` and `flush` make of such a
+-- block, worked out once per value.
+local by_value = {}
+local function held_by_others(v)
+  local known = by_value[v]
+  if known ~= nil then return known end
+  local out = false
+  if #v % 13 == 0 and #v < 13 * 256 then
+    local keep, dropped = {}, {}
+    out = {dropped = dropped}
+    for p = 1, #v, 13 do
+      local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', v, p)
+      if idx == rep.idx then
+        out = false
+        break
+      end
+      if current(idx, epoch, gen) then
+        keep[#keep + 1] = v:sub(p, p + 12)
+      else
+        dropped[#dropped + 1] = struct.pack('<I4B', idx, mid)
+      end
+    end
+    if out then out.keep = table.concat(keep) end
+  end
+  by_value[v] = out
+  return out
+end
 -- The first valid ADD/DELETE of a reporter without a generation starts one.
 -- True when the reporter had no generation as the request arrived (never seen, unregistered,
 -- or none started yet), and when this request starts one.
@@ -457,8 +488,9 @@ while i <= #ARGV do
     -- blocks, last in the request). When the record is unchanged since the frontend read it,
     -- each block takes the cheapest path that is exact: a block nobody holds is stored under
     -- the record read (one HSET per hash and chunk); a block whose only record is this very one
-    -- and whose stored specs are the ones sent (a re-add) changes nothing; any other block —
-    -- held by others too, touched earlier in the request, or with other specs to merge — goes
+    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block only other
+    -- reporters hold gets this reporter's record appended (`held_by_others`); any other block —
+    -- held by this reporter with other specs to merge, or touched earlier in the request — goes
     -- through the single-add path.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
@@ -519,7 +551,7 @@ while i <= #ARGV do
           end
         end
         local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
-        local eng, spc = {}, {}
+        local eng, spc, gone = {}, {}, {}
         for q = 0, n - 1 do
           local key, mid = ARGV[K + c + q], ids[q + 1]
           local v, blob = now_held[q + 1], ARGV[S + c + q]
@@ -531,6 +563,20 @@ while i <= #ARGV do
           elseif at[q] and old[at[q]] == blob then
             codes[#codes + 1] = 1
             prepared = prepared + 1
+          elseif same and v and not pdirty[key] and held_by_others(v) then
+            -- Held by other reporters only: what the single-add path makes of it (their
+            -- records that can still be visible, this one's appended; the specs of the others
+            -- dropped), worked out once per distinct stored value.
+            local o = held_by_others(v)
+            local value = o[mid]
+            if not value then
+              value = o.keep .. rec(mid)
+              o[mid] = value
+            end
+            eng[#eng + 1], eng[#eng + 2] = key, value
+            spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
+            for _, tail in ipairs(o.dropped) do gone[#gone + 1] = key .. tail end
+            codes[#codes + 1] = 1
           else
             -- What an earlier event of the request made of it, else what is stored.
             if not pdirty[key] then pres[key], had[key] = v, v and true or nil end
@@ -542,6 +588,7 @@ while i <= #ARGV do
           redis.call('HSET', ENG, unpack(eng))
           redis.call('HSET', SPC, unpack(spc))
         end
+        for g = 1, #gone, 1000 do redis.call('HDEL', SPC, unpack(gone, g, math.min(g + 999, #gone))) end
       end
     end
     i = i + 2 * count + 1

@@ -143,6 +143,40 @@ pub async fn run(
             json!({"bench": "events_host_state", "blocks": n, "hosts": hosts + 1, "requests": count, "p50_ms": p50, "p99_ms": p99}),
         )?;
     }
+    // One request of N adds of blocks the other hosts hold already (an engine reporting a shared
+    // prefix): a fresh host each round, gone again after it.
+    for &n in sizes {
+        let mut shared = Vec::new();
+        for round in 0..rounds + 1 {
+            let host = format!("shared-{n}-{round}:9600");
+            let hello = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&[1], &host));
+            ok(&http.post("/api/reportEvent", hello).await?)?;
+            let body = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&chain[..n], &host));
+            let t = Instant::now();
+            let resp = http.post("/api/reportEvent", body).await?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            ok(&resp)?;
+            if round > 0 {
+                shared.push(ms);
+            }
+            let down = report(
+                &b.instance,
+                &host,
+                "ST_EVENT_REPORT_L1P5",
+                vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})],
+            );
+            ok(&http.post("/api/reportEvent", down).await?)?;
+        }
+        let m = median(shared);
+        println!(
+            "events: one reportEvent of {n} BLOCK_ADDs of blocks {} other hosts hold: {m:.2} ms (median of {rounds})",
+            hosts + 1
+        );
+        record(
+            out,
+            json!({"bench": "events_add_shared", "blocks": n, "holders": hosts + 1, "rounds": rounds, "ms": m}),
+        )?;
+    }
     let _ = stop_tx.send(());
     serving.await??;
     b.data.drop_engine_reports(&b.instance).await?;

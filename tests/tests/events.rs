@@ -670,6 +670,53 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(hosts(api, inst, &[3001], &["gpu"]).await, vec![("d:1".into(), 1, 0, 1)]);
 }
 
+/// A prepared batch of blocks other hosts hold ends exactly as the single-add path would leave
+/// it: each block keeps the records of its holders that can still be visible, in order, with
+/// this reporter's appended; the records of a host gone (HOST_DOWN) are dropped with their specs.
+#[tokio::test]
+async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_the_gone() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l1 = "ST_EVENT_REPORT_L1P5";
+    let batch = |host: &str, keys: std::ops::Range<i64>| {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events
+    };
+    // Each host's own record, from a block it alone holds (blocks 1..=3).
+    let mut own = Vec::new();
+    for (i, host) in ["a:1", "b:1", "c:1"].iter().enumerate() {
+        let k = i as i64 + 1;
+        assert_eq!(
+            code(&report(api, inst, l1, host, vec![heartbeat(), add(k, "gpu", &[("tp0", "x://1")])]).await),
+            "OK"
+        );
+        own.push(presence(api, inst, k).await);
+    }
+    // a and b hold 100..400 (three chunks of the batch), then b goes down.
+    for host in ["a:1", "b:1"] {
+        assert_eq!(code(&report(api, inst, l1, host, batch(host, 100..1400)).await), "OK");
+    }
+    assert_eq!(presence(api, inst, 900).await, [&own[0][..], &own[1][..]].concat());
+    let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
+    assert_eq!(code(&report(api, inst, l1, "b:1", vec![down]).await), "OK");
+    // c reports the same blocks: a's record kept, b's dropped with its specs, c's appended.
+    assert_eq!(code(&report(api, inst, l1, "c:1", batch("c:1", 100..1400)).await), "OK");
+    let field = |k: i64, record: &[u8]| [&k.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
+    for k in [100, 599, 600, 1399] {
+        assert_eq!(presence(api, inst, k).await, [&own[0][..], &own[2][..]].concat(), "block {k}");
+        let specs = instance_key(&api.namespace, inst, "engine_specs");
+        let mut v = valkey().await;
+        let gone: bool = redis::cmd("HEXISTS").arg(&specs).arg(field(k, &own[1])).query_async(&mut v).await.unwrap();
+        assert!(!gone, "b's specs of block {k} are dropped");
+        let stored: Vec<u8> = redis::cmd("HGET").arg(&specs).arg(field(k, &own[2])).query_async(&mut v).await.unwrap();
+        let u = uri("c:1", k);
+        assert_eq!(stored, [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat());
+    }
+    let keys: Vec<i64> = (100..1400).collect();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 1300, 0, 1300), ("c:1".into(), 1300, 0, 1300)]);
+}
+
 /// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
 /// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
 /// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
