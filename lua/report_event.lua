@@ -490,8 +490,10 @@ while i <= #ARGV do
     -- the record read (one HSET per hash and chunk); a block whose only record is this very one
     -- and whose stored specs are the ones sent (a re-add) changes nothing; a block only other
     -- reporters hold gets this reporter's record appended (`held_by_others`); any other block —
-    -- held by this reporter with other specs to merge, or touched earlier in the request — goes
-    -- through the single-add path.
+    -- held by this reporter with other specs to merge or in an older lifecycle or generation,
+    -- at 256 records already, or touched earlier in the request — goes through the single-add
+    -- path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
+    -- write a chunk at once never see one block twice.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)

@@ -3,7 +3,8 @@
 //! alibaba/tair-kvcache): one ReportEvent carrying N BLOCK_ADDs (Tair: 20k in 171.5 ms create,
 //! 202.3 ms update) and serial GetHostCacheState of N blocks (Tair p50 0.67 / 1.78 / 6.71 /
 //! 25.5 ms at 100 / 1k / 5k / 20k in its §5.3 run, 0.51 / 1.12 / 3.10 / 10.28 ms in its latest).
-//! Also Valkey memory per reported block (one spec, a Tair-style URI).
+//! Also Valkey memory per reported block (one spec, a Tair-style URI), and one ReportEvent of N
+//! adds of blocks the other hosts hold (an engine reporting a shared prefix).
 
 use crate::{Bench, median, percentile, record, serve};
 use anyhow::Result;

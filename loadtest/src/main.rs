@@ -171,8 +171,8 @@ enum Cmd {
     },
     /// Engine-reported cache tiers through HTTP, next to Tair KVCM's published figures: one
     /// reportEvent of N BLOCK_ADDs (new blocks, then the same again: an update), serial
-    /// getHostCacheState of N blocks with --hosts reporters holding the chain, and Valkey memory
-    /// per reported block.
+    /// getHostCacheState of N blocks with --hosts reporters holding the chain, Valkey memory per
+    /// reported block, and one reportEvent of N adds of blocks the other hosts hold.
     Events {
         #[arg(long, value_delimiter = ',', default_value = "100,1000,5000,20000")]
         sizes: Vec<usize>,

@@ -670,51 +670,89 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(hosts(api, inst, &[3001], &["gpu"]).await, vec![("d:1".into(), 1, 0, 1)]);
 }
 
-/// A prepared batch of blocks other hosts hold ends exactly as the single-add path would leave
-/// it: each block keeps the records of its holders that can still be visible, in order, with
-/// this reporter's appended; the records of a host gone (HOST_DOWN) are dropped with their specs.
+/// A prepared batch of blocks other reporters hold ends exactly as the single-add path would
+/// leave it: each block keeps the records of its holders that can still be visible, in order,
+/// with this reporter's appended (one per medium); the records of a host gone (HOST_DOWN) are
+/// dropped with their specs, a live holder's specs stay. So does a reporter back after
+/// HOST_DOWN whose old records still sit in the blocks.
 #[tokio::test]
 async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_the_gone() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
-    let batch = |host: &str, keys: std::ops::Range<i64>| {
+    let medium = |host: &str, k: i64| if host == "c:1" && k % 2 == 1 { "cpu" } else { "gpu" };
+    let batch = |host: &'static str| {
         let mut events = vec![heartbeat()];
-        events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events.extend((100..1400).map(|k| add(k, medium(host, k), &[("tp0", &uri(host, k))])));
         events
     };
-    // Each host's own record, from a block it alone holds (blocks 1..=3).
-    let mut own = Vec::new();
-    for (i, host) in ["a:1", "b:1", "c:1"].iter().enumerate() {
-        let k = i as i64 + 1;
-        assert_eq!(
-            code(&report(api, inst, l1, host, vec![heartbeat(), add(k, "gpu", &[("tp0", "x://1")])]).await),
-            "OK"
-        );
-        own.push(presence(api, inst, k).await);
+    let blob = |host: &str, k: i64| {
+        let u = uri(host, k);
+        [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat()
+    };
+    // Each reporter's own records, from blocks it alone holds: a, b in gpu (blocks 1, 2), c in
+    // gpu and cpu (3, 4).
+    let hello = [("a:1", vec![(1, "gpu")]), ("b:1", vec![(2, "gpu")]), ("c:1", vec![(3, "gpu"), (4, "cpu")])];
+    for (host, blocks) in &hello {
+        let mut events = vec![heartbeat()];
+        events.extend(blocks.iter().map(|(k, m)| add(*k, m, &[("tp0", "x://1")])));
+        assert_eq!(code(&report(api, inst, l1, host, events).await), "OK");
     }
-    // a and b hold 100..400 (three chunks of the batch), then b goes down.
-    for host in ["a:1", "b:1"] {
-        assert_eq!(code(&report(api, inst, l1, host, batch(host, 100..1400)).await), "OK");
-    }
-    assert_eq!(presence(api, inst, 900).await, [&own[0][..], &own[1][..]].concat());
-    let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
-    assert_eq!(code(&report(api, inst, l1, "b:1", vec![down]).await), "OK");
-    // c reports the same blocks: a's record kept, b's dropped with its specs, c's appended.
-    assert_eq!(code(&report(api, inst, l1, "c:1", batch("c:1", 100..1400)).await), "OK");
+    let (a, b) = (presence(api, inst, 1).await, presence(api, inst, 2).await);
+    let (c_gpu, c_cpu) = (presence(api, inst, 3).await, presence(api, inst, 4).await);
+    let prepared = || api.metric("kvcm_engine_blocks_prepared_total");
+    // a holds 100..1400 (three chunks of a batch; new blocks: stored as prepared), then b
+    // (held by a: this reporter's record appended), then b goes down.
+    let before = prepared().await;
+    assert_eq!(code(&report(api, inst, l1, "a:1", batch("a:1")).await), "OK");
+    assert_eq!(prepared().await - before, 1300.0);
+    assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1")).await), "OK");
+    assert_eq!(presence(api, inst, 900).await, [&a[..], &b[..]].concat());
+    let down = || json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
+    assert_eq!(code(&report(api, inst, l1, "b:1", vec![down()]).await), "OK");
+    // c reports the same blocks, alternating media: a's record and specs kept, b's dropped with
+    // its specs, c's appended in the block's medium.
+    assert_eq!(code(&report(api, inst, l1, "c:1", batch("c:1")).await), "OK");
+    assert_eq!(prepared().await - before, 1300.0, "neither b's nor c's blocks were new");
+    let specs_key = instance_key(&api.namespace, inst, "engine_specs");
     let field = |k: i64, record: &[u8]| [&k.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
-    for k in [100, 599, 600, 1399] {
-        assert_eq!(presence(api, inst, k).await, [&own[0][..], &own[2][..]].concat(), "block {k}");
-        let specs = instance_key(&api.namespace, inst, "engine_specs");
-        let mut v = valkey().await;
-        let gone: bool = redis::cmd("HEXISTS").arg(&specs).arg(field(k, &own[1])).query_async(&mut v).await.unwrap();
-        assert!(!gone, "b's specs of block {k} are dropped");
-        let stored: Vec<u8> = redis::cmd("HGET").arg(&specs).arg(field(k, &own[2])).query_async(&mut v).await.unwrap();
-        let u = uri("c:1", k);
-        assert_eq!(stored, [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat());
+    let specs = |k: i64, record: &[u8]| {
+        let (key, field) = (specs_key.clone(), field(k, record));
+        async move {
+            let v: Option<Vec<u8>> =
+                redis::cmd("HGET").arg(key).arg(field).query_async(&mut valkey().await).await.unwrap();
+            v
+        }
+    };
+    let samples = [100, 101, 598, 599, 600, 601, 1398, 1399];
+    for k in samples {
+        let c = if medium("c:1", k) == "cpu" { &c_cpu } else { &c_gpu };
+        assert_eq!(presence(api, inst, k).await, [&a[..], &c[..]].concat(), "block {k}");
+        assert_eq!(specs(k, &a).await, Some(blob("a:1", k)), "a's specs of block {k} stay");
+        assert_eq!(specs(k, &b).await, None, "b's specs of block {k} are dropped");
+        assert_eq!(specs(k, c).await, Some(blob("c:1", k)), "c's specs of block {k}");
     }
     let keys: Vec<i64> = (100..1400).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 1300, 0, 1300), ("c:1".into(), 1300, 0, 1300)]);
+    // c goes down and comes back (a new lifecycle), its old records still in the blocks (these
+    // take the single-add path): the batch, in gpu only, leaves a's record and c's new one, and
+    // drops the specs of c's old cpu records.
+    assert_eq!(code(&report(api, inst, l1, "c:1", vec![down()]).await), "OK");
+    let r = report(api, inst, l1, "c:1", vec![register(&[]), add(3, "gpu", &[("tp0", "x://1")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let c_gpu2 = presence(api, inst, 3).await;
+    assert_ne!(c_gpu2, c_gpu, "a new lifecycle");
+    let mut events = vec![heartbeat()];
+    events.extend((100..1400).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
+    assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    for k in samples {
+        assert_eq!(presence(api, inst, k).await, [&a[..], &c_gpu2[..]].concat(), "block {k}");
+        assert_eq!(specs(k, &c_gpu2).await, Some(blob("c:1", k)), "c's specs of block {k}");
+        assert_eq!(specs(k, &a).await, Some(blob("a:1", k)), "a's specs of block {k} stay");
+        if medium("c:1", k) == "cpu" {
+            assert_eq!(specs(k, &c_cpu).await, None, "c's old cpu specs of block {k} are dropped");
+        }
+    }
 }
 
 /// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
@@ -931,7 +969,8 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
         events.extend(keys.map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
         events
     };
-    // a:1 holds 1000..1010 already (re-added unchanged below); o:1 holds 1600..1650 (merged).
+    // a:1 holds 1000..1010 already (re-added unchanged below); o:1 holds 1600..1650 (a:1's
+    // record appended to o:1's).
     assert_eq!(code(&report(api, inst, l1, "a:1", adds("a:1", 1000..1010)).await), "OK");
     assert_eq!(code(&report(api, inst, l1, "o:1", adds("o:1", 1600..1650)).await), "OK");
     // Block 1700 already carries 256 records (of reporters long gone): one more is refused.
@@ -964,7 +1003,7 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
     assert_eq!(
         api.metric("kvcm_engine_blocks_prepared_total").await - prepared,
         1148.0,
-        "10 re-adds and 1,138 new blocks as prepared; 50 merged and one refused through the single-add path"
+        "10 re-adds and 1,138 new blocks as prepared; 50 held by o:1 appended to, one refused"
     );
     let keys: Vec<i64> = (1000..1800).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 700, 0, 700)]);
