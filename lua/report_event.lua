@@ -315,35 +315,49 @@ local function flush()
   for c = 1, #ssets, 1000 do redis.call('HSET', SPC, unpack(ssets, c, math.min(c + 999, #ssets))) end
   for c = 1, #sdels, 1000 do redis.call('HDEL', SPC, unpack(sdels, c, math.min(c + 999, #sdels))) end
 end
--- A stored presence value none of whose records is this reporter's and that has room for one
--- more: {keep = its records that can still be visible, dropped = the specs-field tails (idx u32
--- | medium id u8) of the others, [medium id] = the value with this reporter's record appended},
--- the same for every block holding that value (blocks of one prefix held by the same hosts
--- do); false otherwise. What `put` and `flush` make of such a
--- block, worked out once per value.
+-- What `put` and `flush` make of a block whose stored value `v` gets this reporter's record for
+-- medium `mid`, when no specs merge: {value = the new value (the records that can still be
+-- visible, in order, with this reporter's record where its old one for `mid` was — from an
+-- older lifecycle or generation — or else appended), dropped = the specs-field tails (idx u32 |
+-- medium id u8) of the records that cannot}; false when the block holds this reporter's
+-- current record for `mid` (its specs merge), has no room for one more record, or is not what
+-- `put` expects. Worked out once per (value, medium): the blocks of a prefix held by the same
+-- reporters share it.
 local by_value = {}
-local function held_by_others(v)
+local function appended(v, mid)
   local known = by_value[v]
-  if known ~= nil then return known end
-  local out = false
-  if #v % 13 == 0 and #v < 13 * 256 then
-    local keep, dropped = {}, {}
-    out = {dropped = dropped}
+  if not known then
+    known = {}
+    by_value[v] = known
+  end
+  local out = known[mid]
+  if out ~= nil then return out end
+  out = false
+  if #v % 13 == 0 then
+    local before, after, dropped, at, ok = {}, {}, {}, nil, true
     for p = 1, #v, 13 do
-      local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', v, p)
-      if idx == rep.idx then
-        out = false
-        break
-      end
-      if current(idx, epoch, gen) then
-        keep[#keep + 1] = v:sub(p, p + 12)
+      local idx, epoch, gen, m = struct.unpack('<I4I4I4B', v, p)
+      local visible = current(idx, epoch, gen)
+      if idx == rep.idx and m == mid then
+        -- `put` replaces the first such record in place; a current one merges specs, a second
+        -- one is left to the single-add path.
+        if visible or at then
+          ok = false
+          break
+        end
+        at = p
+      elseif visible then
+        local list = at and after or before
+        list[#list + 1] = v:sub(p, p + 12)
       else
-        dropped[#dropped + 1] = struct.pack('<I4B', idx, mid)
+        dropped[#dropped + 1] = struct.pack('<I4B', idx, m)
       end
     end
-    if out then out.keep = table.concat(keep) end
+    if ok and (at or #v < 13 * 256) then
+      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped}
+    end
   end
-  by_value[v] = out
+  known[mid] = out
   return out
 end
 -- The first valid ADD/DELETE of a reporter without a generation starts one.
@@ -488,11 +502,11 @@ while i <= #ARGV do
     -- blocks, last in the request). When the record is unchanged since the frontend read it,
     -- each block takes the cheapest path that is exact: a block nobody holds is stored under
     -- the record read (one HSET per hash and chunk); a block whose only record is this very one
-    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block only other
-    -- reporters hold gets this reporter's record appended (`held_by_others`); any other block —
-    -- held by this reporter with other specs to merge or in an older lifecycle or generation,
-    -- at 256 records already, or touched earlier in the request — goes through the single-add
-    -- path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
+    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block held by
+    -- others, or by this reporter in another medium or an older lifecycle or generation, gets
+    -- this reporter's record (`appended`); any other block — holding this reporter's current
+    -- record with other specs to merge, at 256 records already, or touched earlier in the
+    -- request — goes through the single-add path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
     -- write a chunk at once never see one block twice.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
@@ -565,17 +579,11 @@ while i <= #ARGV do
           elseif at[q] and old[at[q]] == blob then
             codes[#codes + 1] = 1
             prepared = prepared + 1
-          elseif same and v and not pdirty[key] and held_by_others(v) then
-            -- Held by other reporters only: what the single-add path makes of it (their
-            -- records that can still be visible, this one's appended; the specs of the others
-            -- dropped), worked out once per distinct stored value.
-            local o = held_by_others(v)
-            local value = o[mid]
-            if not value then
-              value = o.keep .. rec(mid)
-              o[mid] = value
-            end
-            eng[#eng + 1], eng[#eng + 2] = key, value
+          elseif same and v and not pdirty[key] and appended(v, mid) then
+            -- Held by others, or by this reporter in another medium or an older lifecycle: what
+            -- the single-add path makes of it, worked out once per stored value.
+            local o = appended(v, mid)
+            eng[#eng + 1], eng[#eng + 2] = key, o.value
             spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
             for _, tail in ipairs(o.dropped) do gone[#gone + 1] = key .. tail end
             codes[#codes + 1] = 1

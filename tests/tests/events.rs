@@ -734,17 +734,28 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     }
     let keys: Vec<i64> = (100..1400).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 1300, 0, 1300), ("c:1".into(), 1300, 0, 1300)]);
-    // c goes down and comes back (a new lifecycle), its old records still in the blocks (these
-    // take the single-add path): the batch, in gpu only, leaves a's record and c's new one, and
-    // drops the specs of c's old cpu records.
+    // c and then a hold 2000..2100: c's record first.
+    for host in ["c:1", "a:1"] {
+        let mut events = vec![heartbeat()];
+        events.extend((2000..2100).map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        assert_eq!(code(&report(api, inst, l1, host, events).await), "OK");
+    }
+    assert_eq!(presence(api, inst, 2050).await, [&c_gpu[..], &a[..]].concat());
+    // c goes down and comes back (a new lifecycle), its old records still in the blocks: the
+    // batch, in gpu only, leaves a's record and c's new one — where c's old gpu record was —
+    // and drops the specs of c's old cpu records.
     assert_eq!(code(&report(api, inst, l1, "c:1", vec![down()]).await), "OK");
     let r = report(api, inst, l1, "c:1", vec![register(&[]), add(3, "gpu", &[("tp0", "x://1")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     let c_gpu2 = presence(api, inst, 3).await;
     assert_ne!(c_gpu2, c_gpu, "a new lifecycle");
     let mut events = vec![heartbeat()];
-    events.extend((100..1400).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
+    events.extend((100..1400).chain(2000..2100).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
     assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    for k in [2000, 2050, 2099] {
+        assert_eq!(presence(api, inst, k).await, [&c_gpu2[..], &a[..]].concat(), "block {k}: in place");
+        assert_eq!(specs(k, &c_gpu2).await, Some(blob("c:1", k)), "c's specs of block {k}");
+    }
     for k in samples {
         assert_eq!(presence(api, inst, k).await, [&a[..], &c_gpu2[..]].concat(), "block {k}");
         assert_eq!(specs(k, &c_gpu2).await, Some(blob("c:1", k)), "c's specs of block {k}");
@@ -752,6 +763,20 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
         if medium("c:1", k) == "cpu" {
             assert_eq!(specs(k, &c_cpu).await, None, "c's old cpu specs of block {k} are dropped");
         }
+    }
+    // A snapshot commits a generation without 2000..2100 (strict from then on): c's records of
+    // them are of an older generation, and the same batch again puts the new ones in place.
+    let r = report(api, inst, l1, "c:1", vec![snapshot(&[(3, "gpu")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    assert_eq!(hosts(api, inst, &[2000], &[]).await, vec![("a:1".into(), 1, 0, 1)], "c's old generation is hidden");
+    let c_gpu3 = presence(api, inst, 3).await;
+    assert_ne!(c_gpu3, c_gpu2, "a new generation");
+    let mut events = vec![heartbeat()];
+    events.extend((2000..2100).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
+    assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    for k in [2000, 2099] {
+        assert_eq!(presence(api, inst, k).await, [&c_gpu3[..], &a[..]].concat(), "block {k}: in place");
+        assert_eq!(specs(k, &c_gpu3).await, Some(blob("c:1", k)), "c's specs of block {k}");
     }
 }
 

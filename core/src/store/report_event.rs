@@ -1075,9 +1075,9 @@ impl DataPlane {
     /// the batch's header (the reporter's record and medium ids as read now), keys, ids and
     /// specs — and the event indexes in the order the script answers them. `None` when the
     /// request does not qualify. The script takes the single-add path itself for every block
-    /// when the record changed meanwhile, and for each block this reporter holds with other
-    /// specs or in an older lifecycle or generation (blocks only other reporters hold get its
-    /// record appended); keys and specs are borrowed from `args`.
+    /// when the record changed meanwhile, and for each block holding this reporter's current
+    /// record with other specs (a block held otherwise gets its record without that path);
+    /// keys and specs are borrowed from `args`.
     async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
