@@ -502,11 +502,12 @@ while i <= #ARGV do
     -- blocks, last in the request). When the record is unchanged since the frontend read it,
     -- each block takes the cheapest path that is exact: a block nobody holds is stored under
     -- the record read (one HSET per hash and chunk); a block whose only record is this very one
-    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block held by
-    -- others, or by this reporter in another medium or an older lifecycle or generation, gets
-    -- this reporter's record (`appended`); any other block — holding this reporter's current
-    -- record with other specs to merge, at 256 records already, or touched earlier in the
-    -- request — goes through the single-add path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
+    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block without a
+    -- current record of this reporter in that medium (held by others, or by this reporter in
+    -- another medium or an older lifecycle or generation) gets one (`appended`); any other
+    -- block — holding this reporter's current record in that medium next to others' or with
+    -- other specs, or at 256 records without one of this reporter's in that medium — goes
+    -- through the single-add path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
     -- write a chunk at once never see one block twice.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
@@ -580,13 +581,14 @@ while i <= #ARGV do
             codes[#codes + 1] = 1
             prepared = prepared + 1
           elseif same and v and not pdirty[key] and appended(v, mid) then
-            -- Held by others, or by this reporter in another medium or an older lifecycle: what
-            -- the single-add path makes of it, worked out once per stored value.
+            -- No current record of this reporter in that medium: what the single-add path makes
+            -- of it, worked out once per (stored value, medium).
             local o = appended(v, mid)
             eng[#eng + 1], eng[#eng + 2] = key, o.value
             spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
             for _, tail in ipairs(o.dropped) do gone[#gone + 1] = key .. tail end
             codes[#codes + 1] = 1
+            prepared = prepared + 1
           else
             -- What an earlier event of the request made of it, else what is stored.
             if not pdirty[key] then pres[key], had[key] = v, v and true or nil end

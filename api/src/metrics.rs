@@ -113,7 +113,7 @@ impl Metrics {
         .expect("valid metric");
         let engine_blocks_prepared = prometheus::IntCounter::new(
             "kvcm_engine_blocks_prepared_total",
-            "Engine-reported blocks a reportEvent batch stored as this frontend prepared them (no single-add merging)",
+            "Engine-reported blocks a reportEvent batch stored as this frontend prepared them, without the single-add path",
         )
         .expect("valid metric");
         let event_log_dropped = prometheus::IntCounter::new(

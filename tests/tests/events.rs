@@ -602,20 +602,23 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 49, 0, 49)], "block 1049 was refused");
     let prepared = api.metric("kvcm_engine_blocks_prepared_total").await;
     assert_eq!(prepared, 99.0, "the batch of new blocks took the prepared path");
-    // Another host holds half of a batch already: those merge, the rest are new.
+    // Another host holds half of a batch already: those get b's record appended, the rest are
+    // new; neither takes the single-add path.
     assert_eq!(code(&report(api, inst, l1, "b:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await), "OK");
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
     let keys: Vec<i64> = (1050..1100).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 50, 0, 50), ("b:1".into(), 50, 0, 50)]);
     assert_eq!(
         api.metric("kvcm_engine_blocks_prepared_total").await,
-        149.0,
-        "the new half of the batch stored as prepared, the held half merged"
+        199.0,
+        "the new half of the batch stored as prepared, the held half appended to"
     );
-    // The same batch again (a re-add, same specs): nothing to change, no block merged.
+    // The same batch again (a re-add, same specs): nothing to change. The 50 blocks b holds
+    // alone take the batch's path; the 50 a holds too hold b's current record: the single-add
+    // path, which finds the same specs.
     let before = presence(api, inst, 1149).await;
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
-    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 199.0, "its 50 own blocks are unchanged");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 249.0, "its 50 own blocks are unchanged");
     assert_eq!(presence(api, inst, 1149).await, before);
     // The same blocks again with another spec: merged by spec name, not replaced.
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
@@ -707,13 +710,14 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     assert_eq!(code(&report(api, inst, l1, "a:1", batch("a:1")).await), "OK");
     assert_eq!(prepared().await - before, 1300.0);
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1")).await), "OK");
+    assert_eq!(prepared().await - before, 2600.0, "b's records appended by the batch, not one by one");
     assert_eq!(presence(api, inst, 900).await, [&a[..], &b[..]].concat());
     let down = || json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
     assert_eq!(code(&report(api, inst, l1, "b:1", vec![down()]).await), "OK");
     // c reports the same blocks, alternating media: a's record and specs kept, b's dropped with
     // its specs, c's appended in the block's medium.
     assert_eq!(code(&report(api, inst, l1, "c:1", batch("c:1")).await), "OK");
-    assert_eq!(prepared().await - before, 1300.0, "neither b's nor c's blocks were new");
+    assert_eq!(prepared().await - before, 3900.0, "c's records appended by the batch, not one by one");
     let specs_key = instance_key(&api.namespace, inst, "engine_specs");
     let field = |k: i64, record: &[u8]| [&k.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
     let specs = |k: i64, record: &[u8]| {
@@ -751,7 +755,9 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     assert_ne!(c_gpu2, c_gpu, "a new lifecycle");
     let mut events = vec![heartbeat()];
     events.extend((100..1400).chain(2000..2100).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
+    let before = prepared().await;
     assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    assert_eq!(prepared().await - before, 1400.0, "over its old records, by the batch");
     for k in [2000, 2050, 2099] {
         assert_eq!(presence(api, inst, k).await, [&c_gpu2[..], &a[..]].concat(), "block {k}: in place");
         assert_eq!(specs(k, &c_gpu2).await, Some(blob("c:1", k)), "c's specs of block {k}");
@@ -773,7 +779,9 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     assert_ne!(c_gpu3, c_gpu2, "a new generation");
     let mut events = vec![heartbeat()];
     events.extend((2000..2100).map(|k| add(k, "gpu", &[("tp0", &uri("c:1", k))])));
+    let before = prepared().await;
     assert_eq!(code(&report(api, inst, l1, "c:1", events).await), "OK");
+    assert_eq!(prepared().await - before, 100.0, "over its older generation, by the batch");
     for k in [2000, 2099] {
         assert_eq!(presence(api, inst, k).await, [&c_gpu3[..], &a[..]].concat(), "block {k}: in place");
         assert_eq!(specs(k, &c_gpu3).await, Some(blob("c:1", k)), "c's specs of block {k}");
@@ -1027,8 +1035,8 @@ async fn a_long_batch_answers_each_events_code_in_order_and_long_prompts_read_ev
     assert_eq!(code(&r), "REACH_MAX_ENTITY_CAPACITY", "the header is the first failure: {r}");
     assert_eq!(
         api.metric("kvcm_engine_blocks_prepared_total").await - prepared,
-        1148.0,
-        "10 re-adds and 1,138 new blocks as prepared; 50 held by o:1 appended to, one refused"
+        1198.0,
+        "10 re-adds, 1,138 new blocks and 50 held by o:1 by the batch; one refused"
     );
     let keys: Vec<i64> = (1000..1800).collect();
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("a:1".into(), 700, 0, 700)]);
