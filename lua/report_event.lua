@@ -319,9 +319,9 @@ end
 -- medium `mid`, when no specs merge: {value = the new value (the records that can still be
 -- visible, in order, with this reporter's record where its old one for `mid` was — from an
 -- older lifecycle or generation — or else appended), dropped = the specs-field tails (idx u32 |
--- medium id u8) of the records that cannot}; false when the block holds this reporter's
--- current record for `mid` (its specs merge), has no room for one more record, or is not what
--- `put` expects. Worked out once per (value, medium): the blocks of a prefix held by the same
+-- medium id u8) of the records that cannot, own = whether that old record is current (then the
+-- result holds only when the stored specs are the ones sent: otherwise they merge)}; false when
+-- the block has no room for one more record or is not what `put` expects. Worked out once per (value, medium): the blocks of a prefix held by the same
 -- reporters share it.
 local by_value = {}
 local function appended(v, mid)
@@ -334,18 +334,18 @@ local function appended(v, mid)
   if out ~= nil then return out end
   out = false
   if #v % 13 == 0 then
-    local before, after, dropped, at, ok = {}, {}, {}, nil, true
+    local before, after, dropped, at, own, ok = {}, {}, {}, nil, false, true
     for p = 1, #v, 13 do
       local idx, epoch, gen, m = struct.unpack('<I4I4I4B', v, p)
       local visible = current(idx, epoch, gen)
       if idx == rep.idx and m == mid then
-        -- `put` replaces the first such record in place; a current one merges specs, a second
-        -- one is left to the single-add path.
-        if visible or at then
+        -- `put` replaces the first such record in place (a current one after merging specs);
+        -- a second one is left to the single-add path.
+        if at then
           ok = false
           break
         end
-        at = p
+        at, own = p, visible
       elseif visible then
         local list = at and after or before
         list[#list + 1] = v:sub(p, p + 12)
@@ -354,7 +354,7 @@ local function appended(v, mid)
       end
     end
     if ok and (at or #v < 13 * 256) then
-      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped}
+      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped, own = own}
     end
   end
   known[mid] = out
@@ -559,12 +559,18 @@ while i <= #ARGV do
         prepared = prepared + n
       else
         -- The stored specs of the chunk's blocks whose only record is this very one.
-        local fields, at, ids = {}, {}, {bids:byte(c + 1, c + n)}
+        -- `how[q]`: what `appended` makes of the block (nil: the single-add path, or new); the
+        -- stored specs of the blocks holding this reporter's current record in that medium.
+        local fields, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
         for q = 0, n - 1 do
-          local key = ARGV[K + c + q]
-          if same and now_held[q + 1] == rec(ids[q + 1]) and not pdirty[key] then
-            fields[#fields + 1] = spec_field(key, rep.idx, ids[q + 1])
-            at[q] = #fields
+          local key, v = ARGV[K + c + q], now_held[q + 1]
+          if same and v and not pdirty[key] then
+            local o = appended(v, ids[q + 1])
+            how[q] = o or nil
+            if o and o.own then
+              fields[#fields + 1] = spec_field(key, rep.idx, ids[q + 1])
+              at[q] = #fields
+            end
           end
         end
         local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
@@ -577,15 +583,13 @@ while i <= #ARGV do
             spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
             codes[#codes + 1] = 1
             prepared = prepared + 1
-          elseif at[q] and old[at[q]] == blob then
-            codes[#codes + 1] = 1
-            prepared = prepared + 1
-          elseif same and v and not pdirty[key] and appended(v, mid) then
-            -- No current record of this reporter in that medium: what the single-add path makes
-            -- of it, worked out once per (stored value, medium).
-            local o = appended(v, mid)
-            eng[#eng + 1], eng[#eng + 2] = key, o.value
-            spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
+          elseif how[q] and (not how[q].own or old[at[q]] == blob) then
+            -- What the single-add path makes of it, worked out once per (stored value, medium):
+            -- this reporter's record and specs set (a re-add of the same specs keeps them; when
+            -- its current record is the block's only one, nothing changes at all).
+            local o = how[q]
+            if o.value ~= v then eng[#eng + 1], eng[#eng + 2] = key, o.value end
+            if not o.own then spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob end
             for _, tail in ipairs(o.dropped) do gone[#gone + 1] = key .. tail end
             codes[#codes + 1] = 1
             prepared = prepared + 1
@@ -596,10 +600,8 @@ while i <= #ARGV do
             codes[#codes + 1] = m and put(key, m, blob, false) or 7
           end
         end
-        if #eng > 0 then
-          redis.call('HSET', ENG, unpack(eng))
-          redis.call('HSET', SPC, unpack(spc))
-        end
+        if #eng > 0 then redis.call('HSET', ENG, unpack(eng)) end
+        if #spc > 0 then redis.call('HSET', SPC, unpack(spc)) end
         for g = 1, #gone, 1000 do redis.call('HDEL', SPC, unpack(gone, g, math.min(g + 999, #gone))) end
       end
     end

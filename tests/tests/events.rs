@@ -613,17 +613,26 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
         199.0,
         "the new half of the batch stored as prepared, the held half appended to"
     );
-    // The same batch again (a re-add, same specs): nothing to change. The 50 blocks b holds
-    // alone take the batch's path; the 50 a holds too hold b's current record: the single-add
-    // path, which finds the same specs.
-    let before = presence(api, inst, 1149).await;
+    // The same batch again (a re-add, same specs): nothing to change, every block by the
+    // batch's path (the 50 a holds too included).
+    let (before, shared) = (presence(api, inst, 1149).await, presence(api, inst, 1060).await);
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp0")).await), "OK");
-    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 249.0, "its 50 own blocks are unchanged");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await, 299.0, "its 100 blocks are unchanged");
     assert_eq!(presence(api, inst, 1149).await, before);
-    // The same blocks again with another spec: merged by spec name, not replaced.
+    assert_eq!(presence(api, inst, 1060).await, shared);
+    // The same blocks again with another spec: merged by spec name, not replaced (a shared
+    // block too).
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
     let specs = only_specs(api, inst, 1149).await;
     assert_eq!(specs[0], 2, "tp0 and tp1: {specs:?}");
+    let b_field = [&1060i64.to_be_bytes()[..], &before[..4], &before[12..13]].concat();
+    let b_specs: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
+        .arg(b_field)
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    assert_eq!(b_specs[0], 2, "tp0 and tp1 on a shared block: {b_specs:?}");
     // One block in two media in a batch: two records, both kept (never one HSET field twice).
     let mut events = batch("c:1", 2000..2070, "tp0");
     events.push(add(2000, "cpu", &[("tp0", "x://c")]));
@@ -785,6 +794,36 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     for k in [2000, 2099] {
         assert_eq!(presence(api, inst, k).await, [&c_gpu3[..], &a[..]].concat(), "block {k}: in place");
         assert_eq!(specs(k, &c_gpu3).await, Some(blob("c:1", k)), "c's specs of block {k}");
+    }
+    // d, e and c hold 5000..5100; e goes down; c's re-add of the same specs keeps its record
+    // and specs, keeps d's, and drops e's with its specs.
+    for host in ["d:1", "e:1"] {
+        assert_eq!(
+            code(&report(api, inst, l1, host, vec![heartbeat(), add(7, "gpu", &[("tp0", "x://1")])]).await),
+            "OK"
+        );
+    }
+    let re_add = |host: &str| {
+        let mut events = vec![heartbeat()];
+        events.extend((5000..5100).map(|k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events
+    };
+    for host in ["d:1", "e:1", "c:1"] {
+        assert_eq!(code(&report(api, inst, l1, host, re_add(host)).await), "OK");
+    }
+    let held = presence(api, inst, 5050).await;
+    assert_eq!(held.len(), 39);
+    let (d, e) = (&held[..13], &held[13..26]);
+    assert_eq!(&held[26..], &c_gpu3[..]);
+    assert_eq!(code(&report(api, inst, l1, "e:1", vec![down()]).await), "OK");
+    let before = prepared().await;
+    assert_eq!(code(&report(api, inst, l1, "c:1", re_add("c:1")).await), "OK");
+    assert_eq!(prepared().await - before, 100.0, "a re-add over others, by the batch");
+    for k in [5000, 5099] {
+        assert_eq!(presence(api, inst, k).await, [d, &c_gpu3[..]].concat(), "block {k}");
+        assert_eq!(specs(k, e).await, None, "e's specs of block {k} are dropped");
+        assert_eq!(specs(k, d).await, Some(blob("d:1", k)), "d's specs of block {k} stay");
+        assert_eq!(specs(k, &c_gpu3).await, Some(blob("c:1", k)), "c's specs of block {k} stay");
     }
 }
 

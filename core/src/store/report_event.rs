@@ -1076,8 +1076,8 @@ impl DataPlane {
     /// specs — and the event indexes in the order the script answers them. `None` when the
     /// request does not qualify. The script takes the single-add path itself for every block
     /// when the record changed meanwhile, and for each block holding this reporter's current
-    /// record in that medium next to others' (or with other specs), or at 256 records without
-    /// one (docs/events.md lists the paths); keys and specs are borrowed from `args`.
+    /// record in that medium with other specs, or at 256 records without one (docs/events.md
+    /// lists the paths); keys and specs are borrowed from `args`.
     async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
