@@ -316,13 +316,13 @@ local function flush()
   for c = 1, #sdels, 1000 do redis.call('HDEL', SPC, unpack(sdels, c, math.min(c + 999, #sdels))) end
 end
 -- What `put` and `flush` make of a block whose stored value `v` gets this reporter's record for
--- medium `mid`, when no specs merge: {value = the new value (the records that can still be
--- visible, in order, with this reporter's record where its old one for `mid` was — from an
--- older lifecycle or generation — or else appended), dropped = the specs-field tails (idx u32 |
--- medium id u8) of the records that cannot, own = whether that old record is current (then the
--- result holds only when the stored specs are the ones sent: otherwise they merge)}; false when
--- the block has no room for one more record or is not what `put` expects. Worked out once per (value, medium): the blocks of a prefix held by the same
--- reporters share it.
+-- medium `mid`: {value = the new value (the records that can still be visible, in order, with
+-- this reporter's new record where its old one for `mid` was, current or not, or else
+-- appended), dropped = the specs-field tails (idx u32 | medium id u8) of the records that
+-- cannot, own = whether that old record is current (then this holds only when the stored specs
+-- are the ones sent; otherwise the single-add path, which merges them)}; false when the block
+-- has no room for one more record or is not what `put` expects. Worked out once per (value,
+-- medium): the blocks of a prefix held by the same reporters share it.
 local by_value = {}
 local function appended(v, mid)
   local known = by_value[v]
@@ -500,15 +500,14 @@ while i <= #ARGV do
   elseif kind == 'B' then
     -- Adds the frontend prepared against the reporter's record (see the header: distinct
     -- blocks, last in the request). When the record is unchanged since the frontend read it,
-    -- each block takes the cheapest path that is exact: a block nobody holds is stored under
-    -- the record read (one HSET per hash and chunk); a block whose only record is this very one
-    -- and whose stored specs are the ones sent (a re-add) changes nothing; a block without a
-    -- current record of this reporter in that medium (held by others, or by this reporter in
-    -- another medium or an older lifecycle or generation) gets one (`appended`); any other
-    -- block — holding this reporter's current record in that medium next to others' or with
-    -- other specs, or at 256 records without one of this reporter's in that medium — goes
-    -- through the single-add path. Every block of the batch is distinct (the frontend's guarantee), so the paths that
-    -- write a chunk at once never see one block twice.
+    -- each block takes the cheapest path that is exact (docs/events.md): a block nobody holds
+    -- is stored under the record read (one HSET per hash and chunk); a block held already —
+    -- by others, by this reporter in another medium or an older lifecycle or generation, or by
+    -- its current record with the same specs — gets this reporter's record as `appended` works
+    -- it out; the rest — specs to merge or none stored, or 256 records without one of this
+    -- reporter's in that medium — goes through the single-add path. Every block of the batch
+    -- is distinct (the frontend's guarantee), so the paths that write a chunk at once never
+    -- see one block twice.
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
@@ -558,7 +557,6 @@ while i <= #ARGV do
         ok_codes(n)
         prepared = prepared + n
       else
-        -- The stored specs of the chunk's blocks whose only record is this very one.
         -- `how[q]`: what `appended` makes of the block (nil: the single-add path, or new); the
         -- stored specs of the blocks holding this reporter's current record in that medium.
         local fields, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
@@ -586,7 +584,7 @@ while i <= #ARGV do
           elseif how[q] and (not how[q].own or old[at[q]] == blob) then
             -- What the single-add path makes of it, worked out once per (stored value, medium):
             -- this reporter's record and specs set (a re-add of the same specs keeps them; when
-            -- its current record is the block's only one, nothing changes at all).
+            -- the new value is the stored one, nothing is written).
             local o = how[q]
             if o.value ~= v then eng[#eng + 1], eng[#eng + 2] = key, o.value end
             if not o.own then spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob end

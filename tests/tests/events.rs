@@ -686,7 +686,8 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
 /// leave it: each block keeps the records of its holders that can still be visible, in order,
 /// with this reporter's appended (one per medium); the records of a host gone (HOST_DOWN) are
 /// dropped with their specs, a live holder's specs stay. So does a reporter back after
-/// HOST_DOWN whose old records still sit in the blocks.
+/// HOST_DOWN whose old records still sit in the blocks, and a re-add over a gone holder's
+/// record, which drops it.
 #[tokio::test]
 async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_the_gone() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
