@@ -34,6 +34,27 @@ fn ok(resp: &[u8]) -> Result<Value> {
     Ok(v)
 }
 
+/// One fresh host's reportEvent of adds of `keys`, timed twice (the first time, then the same
+/// request again), after an untimed first report — the engine has registered and reported
+/// before (its reporter and generation exist), as an engine adding blocks in batches has — and
+/// before the host goes down.
+async fn add_twice(http: &mut crate::h1::H1, instance: &str, host: &str, keys: &[i64]) -> Result<(f64, f64)> {
+    let hello = report(instance, host, "ST_EVENT_REPORT_L1P5", add_events(&[1], host));
+    ok(&http.post("/api/reportEvent", hello).await?)?;
+    let body = report(instance, host, "ST_EVENT_REPORT_L1P5", add_events(keys, host));
+    let mut times = [0.0; 2];
+    for time in &mut times {
+        let t = Instant::now();
+        let resp = http.post("/api/reportEvent", body.clone()).await?;
+        *time = t.elapsed().as_secs_f64() * 1000.0;
+        ok(&resp)?;
+    }
+    let down =
+        report(instance, host, "ST_EVENT_REPORT_L1P5", vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})]);
+    ok(&http.post("/api/reportEvent", down).await?)?;
+    Ok((times[0], times[1]))
+}
+
 pub async fn run(
     valkey: &str,
     out: &Option<std::path::PathBuf>,
@@ -73,27 +94,12 @@ pub async fn run(
             let keys: Vec<i64> =
                 (0..n as i64).map(|i| 100_000_000 * (1 + round as i64) + 1_000_000 * n as i64 + i).collect();
             let host = format!("add-{n}-{round}:9600");
-            // The engine has registered and reported before (its reporter and generation exist),
-            // as an engine adding blocks in batches has.
-            let hello = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&[1], &host));
-            ok(&http.post("/api/reportEvent", hello).await?)?;
-            let body = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&keys, &host));
-            for times in [&mut create, &mut update] {
-                let t = Instant::now();
-                let resp = http.post("/api/reportEvent", body.clone()).await?;
-                let ms = t.elapsed().as_secs_f64() * 1000.0;
-                ok(&resp)?;
-                if round > 0 {
-                    times.push(ms); // round 0 warms up
-                }
+            let (c, u) = add_twice(&mut http, &b.instance, &host, &keys).await?;
+            if round > 0 {
+                // round 0 warms up
+                create.push(c);
+                update.push(u);
             }
-            let down = report(
-                &b.instance,
-                &host,
-                "ST_EVENT_REPORT_L1P5",
-                vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})],
-            );
-            ok(&http.post("/api/reportEvent", down).await?)?;
         }
         let (c, u) = (median(create), median(update));
         println!("events: one reportEvent of {n} BLOCK_ADDs: create {c:.2} ms, update {u:.2} ms (medians of {rounds})");
@@ -150,25 +156,11 @@ pub async fn run(
         let (mut shared, mut shared_again) = (Vec::new(), Vec::new());
         for round in 0..rounds + 1 {
             let host = format!("shared-{n}-{round}:9600");
-            let hello = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&[1], &host));
-            ok(&http.post("/api/reportEvent", hello).await?)?;
-            let body = report(&b.instance, &host, "ST_EVENT_REPORT_L1P5", add_events(&chain[..n], &host));
-            for times in [&mut shared, &mut shared_again] {
-                let t = Instant::now();
-                let resp = http.post("/api/reportEvent", body.clone()).await?;
-                let ms = t.elapsed().as_secs_f64() * 1000.0;
-                ok(&resp)?;
-                if round > 0 {
-                    times.push(ms);
-                }
+            let (m, again) = add_twice(&mut http, &b.instance, &host, &chain[..n]).await?;
+            if round > 0 {
+                shared.push(m);
+                shared_again.push(again);
             }
-            let down = report(
-                &b.instance,
-                &host,
-                "ST_EVENT_REPORT_L1P5",
-                vec![json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}})],
-            );
-            ok(&http.post("/api/reportEvent", down).await?)?;
         }
         let (m, again) = (median(shared), median(shared_again));
         println!(
