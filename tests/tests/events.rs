@@ -91,10 +91,9 @@ async fn presence(api: &Api, inst: &str, key: i64) -> Vec<u8> {
         .unwrap()
 }
 
-/// The stored specs of a block held by exactly one reporter in one medium.
-async fn only_specs(api: &Api, inst: &str, key: i64) -> Vec<u8> {
-    let record = presence(api, inst, key).await;
-    assert_eq!(record.len(), 13, "one record: {record:?}");
+/// The stored specs of block `key` under the entry a 13-byte presence `record` names (its
+/// reporter index and medium id), if any.
+async fn stored_specs(api: &Api, inst: &str, key: i64, record: &[u8]) -> Option<Vec<u8>> {
     let field = [&key.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
     redis::cmd("HGET")
         .arg(instance_key(&api.namespace, inst, "engine_specs"))
@@ -102,6 +101,19 @@ async fn only_specs(api: &Api, inst: &str, key: i64) -> Vec<u8> {
         .query_async(&mut valkey().await)
         .await
         .unwrap()
+}
+
+/// The stored specs of a block held by exactly one reporter in one medium.
+async fn only_specs(api: &Api, inst: &str, key: i64) -> Vec<u8> {
+    let record = presence(api, inst, key).await;
+    assert_eq!(record.len(), 13, "one record: {record:?}");
+    stored_specs(api, inst, key, &record).await.expect("specs stored")
+}
+
+/// Specs as stored for one spec `tp0` at `uri`: count u8 | name length u8 | name | uri length
+/// u16 LE | uri.
+fn tp0_specs(uri: &str) -> Vec<u8> {
+    [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat()
 }
 
 #[tokio::test]
@@ -625,13 +637,7 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
     assert_eq!(code(&report(api, inst, l1, "b:1", batch("b:1", 1050..1150, "tp1")).await), "OK");
     let specs = only_specs(api, inst, 1149).await;
     assert_eq!(specs[0], 2, "tp0 and tp1: {specs:?}");
-    let b_field = [&1060i64.to_be_bytes()[..], &before[..4], &before[12..13]].concat();
-    let b_specs: Vec<u8> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .arg(b_field)
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap();
+    let b_specs = stored_specs(api, inst, 1060, &before).await.expect("b's specs of block 1060");
     assert_eq!(b_specs[0], 2, "tp0 and tp1 on a shared block: {b_specs:?}");
     // One block in two media in a batch: two records, both kept (never one HSET field twice).
     let mut events = batch("c:1", 2000..2070, "tp0");
@@ -655,9 +661,7 @@ async fn large_batches_of_new_blocks_are_stored_as_prepared_and_others_merged() 
         assert_eq!(hosts(api, inst, &[k], &[medium(k)]).await, vec![("d:1".into(), 1, 0, 1)], "block {k}");
         assert!(hosts(api, inst, &[k], &[other]).await.is_empty(), "block {k} is not in {other}");
         // Its specs, under the field its presence record names.
-        let u = uri("d:1", k);
-        let blob = [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat();
-        assert_eq!(only_specs(api, inst, k).await, blob, "specs of block {k}");
+        assert_eq!(only_specs(api, inst, k).await, tp0_specs(&uri("d:1", k)), "specs of block {k}");
     }
     // The same batch again: every chunk held, by this reporter alone with the same specs —
     // nothing changes. Then with another spec: merged, chunk by chunk, medium by medium.
@@ -699,10 +703,7 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
         events.extend((100..1400).map(|k| add(k, medium(host, k), &[("tp0", &uri(host, k))])));
         events
     };
-    let blob = |host: &str, k: i64| {
-        let u = uri(host, k);
-        [&[1u8, 3][..], b"tp0", &(u.len() as u16).to_le_bytes(), u.as_bytes()].concat()
-    };
+    let blob = |host: &str, k: i64| tp0_specs(&uri(host, k));
     // Each reporter's own records, from blocks it alone holds: a, b in gpu (blocks 1, 2), c in
     // gpu and cpu (3, 4).
     let hello = [("a:1", vec![(1, "gpu")]), ("b:1", vec![(2, "gpu")]), ("c:1", vec![(3, "gpu"), (4, "cpu")])];
@@ -728,15 +729,9 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     // its specs, c's appended in the block's medium.
     assert_eq!(code(&report(api, inst, l1, "c:1", batch("c:1")).await), "OK");
     assert_eq!(prepared().await - before, 3900.0, "c's records appended by the batch, not one by one");
-    let specs_key = instance_key(&api.namespace, inst, "engine_specs");
-    let field = |k: i64, record: &[u8]| [&k.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
     let specs = |k: i64, record: &[u8]| {
-        let (key, field) = (specs_key.clone(), field(k, record));
-        async move {
-            let v: Option<Vec<u8>> =
-                redis::cmd("HGET").arg(key).arg(field).query_async(&mut valkey().await).await.unwrap();
-            v
-        }
+        let record = record.to_vec();
+        async move { stored_specs(api, inst, k, &record).await }
     };
     let samples = [100, 101, 598, 599, 600, 601, 1398, 1399];
     for k in samples {
@@ -1224,7 +1219,6 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
     let header = [&record[1..9], &record[25..29]].concat();
     // A batch prepared as if gpu were id 2 and cpu id 1: block 50 in gpu, 51 in cpu.
     let (block, block2) = (50i64.to_be_bytes(), 51i64.to_be_bytes());
-    let specs = |uri: &str| [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat();
     let batch = [&b"B"[..], &header, b"2:", &[2, 3], b"gpu", &[1, 3], b"cpu"].concat();
     let reply: redis::Value = kvcm_core::scripts::REPORT_EVENT
         .script()
@@ -1240,8 +1234,8 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .arg(&block[..])
         .arg(&block2[..])
         .arg(&[2u8, 1][..])
-        .arg(specs("x://50"))
-        .arg(specs("x://51"))
+        .arg(tp0_specs("x://50"))
+        .arg(tp0_specs("x://51"))
         .invoke_async(&mut valkey().await)
         .await
         .unwrap();
