@@ -22,6 +22,7 @@ pub mod meta;
 pub mod metrics;
 pub mod openapi;
 pub mod reply;
+pub mod serving;
 pub mod state;
 pub mod tair_metrics;
 pub mod transport;
@@ -55,6 +56,8 @@ pub struct Server {
     pub grpc_addrs: Option<(SocketAddr, SocketAddr)>,
     pub state: AppState,
     meta: TcpListener,
+    /// The meta plane's serving threads (connected, waiting for [`Server::run`]).
+    serving: serving::Threads,
     admin: TcpListener,
     grpc: Option<(TcpListener, TcpListener)>,
     health: Arc<health::Health>,
@@ -107,8 +110,9 @@ pub async fn build(config: Config) -> anyhow::Result<Server> {
         grpc_admin_port: grpc_addrs.map_or(0, |(_, a)| a.port()),
     };
     let state = app_state(config, conn, registry, node, ack)?;
+    let serving = serving::spawn(serving::count(state.config.serving_threads), &state).await?;
     let health = state.health.clone();
-    Ok(Server { meta_addr, admin_addr, grpc_addrs, state, meta, admin, grpc, health })
+    Ok(Server { meta_addr, admin_addr, grpc_addrs, state, meta, serving, admin, grpc, health })
 }
 
 /// With `durability = "replica_ack"`, the connections acknowledged writes travel on (see
@@ -487,12 +491,15 @@ impl Server {
                 tokio::spawn(grpc::serve(admin_listener, admin, timeout, conns, first, wait(rx.clone()))),
             ]
         });
-        let meta = tokio::spawn(transport::serve("meta", self.meta, meta_router, limits, wait(rx.clone())));
-        let admin = tokio::spawn(transport::serve("admin", self.admin, admin_router, limits, wait(rx.clone())));
+        let meta_threads = transport::Serving::Threads(self.serving.targets.clone());
+        let meta = tokio::spawn(transport::serve("meta", self.meta, meta_threads, limits, wait(rx.clone())));
+        let admin_here = transport::Serving::Here(admin_router);
+        let admin = tokio::spawn(transport::serve("admin", self.admin, admin_here, limits, wait(rx.clone())));
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = tx.send(true);
         meta.await?;
+        self.serving.stop().await;
         admin.await?;
         // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
         // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.

@@ -21,6 +21,30 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// This state on another connection to the same cluster (handlers' and the data plane's);
+    /// everything else is shared. A serving thread's state: its Valkey traffic then runs on
+    /// the thread that serves the request (`crate::serving`).
+    pub fn with_connection(&self, conn: ClusterConnection) -> AppState {
+        let s = &self.0;
+        AppState::new(Shared {
+            config: s.config.clone(),
+            registry: s.registry.clone(),
+            data: s.data.with_connection(conn.clone()),
+            conn,
+            metrics: s.metrics.clone(),
+            auth: s.auth.clone(),
+            node: s.node.clone(),
+            events: s.events.clone(),
+            health: s.health.clone(),
+            bodies: s.bodies.clone(),
+            started: s.started,
+            tair_rates: s.tair_rates.clone(),
+            faults: s.faults,
+        })
+    }
+}
+
 impl std::ops::Deref for AppState {
     type Target = Shared;
 

@@ -161,6 +161,7 @@ pub struct Config {
     pub header_read_timeout_ms: u64,
     pub idle_timeout_ms: u64,
     pub max_connections: usize,
+    pub serving_threads: usize,
     pub health_check_interval_ms: u64,
     pub registry_refresh_ms: u64,
     pub startup_config: String,
@@ -482,6 +483,9 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&self.max_connections) {
             return bad("max_connections", "must be within 1..=1000000");
+        }
+        if self.serving_threads > 1024 {
+            return bad("serving_threads", "must be within 0..=1024 (0: one per CPU)");
         }
         if !(10..=DAY_MS).contains(&self.health_check_interval_ms) {
             return bad("health_check_interval_ms", "must be within 10..=86400000 (one day)");

@@ -411,9 +411,28 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&v, 0.5)
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+impl Cmd {
+    /// Whether the subcommand times serial calls: it then runs on a single-threaded runtime, as a
+    /// serial client would, so its measurements carry no thread hand-offs of its own (on the
+    /// multi-threaded runtime each call woke another thread twice, ~30–40 µs of a 128-block
+    /// read; docs/benchmarks.md, "Serving threads"). The others generate concurrent load on
+    /// every core.
+    fn is_serial(&self) -> bool {
+        matches!(self, Cmd::Latency { .. } | Cmd::Breakdown { .. } | Cmd::Peer { .. } | Cmd::Events { .. })
+    }
+}
+
+fn main() -> Result<()> {
     let args = Args::parse();
+    let mut runtime = if args.cmd.is_serial() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime.enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
     match args.cmd {
         Cmd::Memory { blocks, specs } => {
             let b = Bench::new(&args.valkey, specs).await?;

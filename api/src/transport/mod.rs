@@ -42,6 +42,7 @@ use hyper::server::conn::http1;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -58,11 +59,45 @@ pub struct Limits {
     pub drain_timeout: Duration,
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then drains (see the module docs).
+/// Where a listener's accepted connections are served.
+#[derive(Clone)]
+pub enum Serving {
+    /// On the accepting runtime, by this router.
+    Here(Router),
+    /// On serving threads (`crate::serving`): each connection goes, for its whole life, to the
+    /// thread with the fewest open connections.
+    Threads(Arc<[ServingThread]>),
+}
+
+/// A serving thread as the accept loop sees it: its runtime, its router (built over its own
+/// Valkey connection) and how many connections it serves.
+pub struct ServingThread {
+    pub runtime: tokio::runtime::Handle,
+    pub router: Router,
+    pub open: Arc<AtomicUsize>,
+}
+
+/// Gives a serving thread's connection count back when its connection ends (or never starts).
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The serving thread with the fewest open connections (the first such after `turn`, so equal
+/// threads take turns).
+fn least_loaded(threads: &[ServingThread], turn: usize) -> &ServingThread {
+    let n = threads.len();
+    (0..n).map(|i| &threads[(turn + i) % n]).min_by_key(|t| t.open.load(Relaxed)).expect("at least one serving thread")
+}
+
+/// Serves `serving` on `listener` until `shutdown` completes, then drains (see the module docs).
 pub async fn serve(
     plane: &'static str,
     listener: TcpListener,
-    router: Router,
+    serving: Serving,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -73,6 +108,7 @@ pub async fn serve(
     builder.header_read_timeout(None);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_cap_warning: Option<Instant> = None;
+    let mut turn = 0usize;
     loop {
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -109,11 +145,52 @@ pub async fn serve(
             tracing::debug!(plane, error = %e, "cannot set TCP_NODELAY");
         }
         let (guard, drain) = open.register(permit);
-        let (router, builder) = (router.clone(), builder.clone());
-        tokio::spawn(async move {
-            connection::serve(stream, peer, router, &builder, limits.timeouts, limits.drain_timeout, drain).await;
-            drop(guard);
-        });
+        let builder = builder.clone();
+        match &serving {
+            Serving::Here(router) => {
+                let router = router.clone();
+                tokio::spawn(async move {
+                    connection::serve(stream, peer, router, &builder, limits.timeouts, limits.drain_timeout, drain)
+                        .await;
+                    drop(guard);
+                });
+            }
+            Serving::Threads(threads) => {
+                turn += 1;
+                let thread = least_loaded(threads, turn);
+                // The socket leaves this runtime's reactor and joins the serving thread's.
+                let stream = match stream.into_std() {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::debug!(plane, error = %e, "cannot hand an accepted connection to a serving thread");
+                        continue;
+                    }
+                };
+                thread.open.fetch_add(1, Relaxed);
+                let (router, count) = (thread.router.clone(), Counted(thread.open.clone()));
+                // A thread that is gone (it could only have panicked) drops the task, and with
+                // it the socket and the connection's permit.
+                thread.runtime.spawn(async move {
+                    let _count = count;
+                    match tokio::net::TcpStream::from_std(stream) {
+                        Ok(stream) => {
+                            connection::serve(
+                                stream,
+                                peer,
+                                router,
+                                &builder,
+                                limits.timeouts,
+                                limits.drain_timeout,
+                                drain,
+                            )
+                            .await
+                        }
+                        Err(e) => tracing::debug!(error = %e, "a serving thread cannot take a connection"),
+                    }
+                    drop(guard);
+                });
+            }
+        }
     }
     drop(listener);
     let drains = open.take_all();
