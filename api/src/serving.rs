@@ -59,6 +59,15 @@ pub fn count(configured: usize) -> usize {
 /// cluster before this returns (an error names the thread's failure).
 pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
     let access = kvcm_core::valkey::Access::from_config(&state.config)?;
+    let open = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "kvcm_serving_thread_connections",
+            "Open meta-plane connections per serving thread (each connection stays on one thread)",
+        ),
+        &["thread"],
+    )
+    .expect("valid metric");
+    state.metrics.registry.register(Box::new(open.clone())).context("registering serving-thread metrics")?;
     let (mut targets, mut stops, mut done) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n {
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -98,7 +107,7 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
             .context("a serving thread stopped before connecting")?
             .with_context(|| format!("serving thread {i} cannot connect to the Valkey cluster"))?;
         let router = crate::meta_router(&state.with_connection(conn));
-        targets.push(ServingThread { runtime, router, open: Arc::default() });
+        targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]) });
         stops.push(stop_tx);
         done.push(done_rx);
     }

@@ -1,6 +1,7 @@
 //! Connection handling of kvcm-api's two listeners, black-box over raw sockets: the header-read
 //! timeout (slow-loris clients), the idle keep-alive timeout, the per-listener connection cap,
-//! graceful shutdown, and `/api/healthy` answering from the background health check.
+//! graceful shutdown, `/api/healthy` answering from the background health check, and the meta
+//! plane's connections spread over its serving threads.
 //!
 //! Timeouts are shortened through `KVCM_*` variables. Assertions about time are one-sided and
 //! cannot fail on a slow machine: a connection must not be closed *before* its timeout, and must
@@ -221,10 +222,89 @@ async fn bad_connection_settings_stop_the_process_with_the_key_named() {
         ("KVCM_HEADER_READ_TIMEOUT_MS", "0", "header_read_timeout_ms"),
         ("KVCM_IDLE_TIMEOUT_MS", "0", "idle_timeout_ms"),
         ("KVCM_MAX_CONNECTIONS", "0", "max_connections"),
+        ("KVCM_SERVING_THREADS", "1025", "serving_threads"),
         ("KVCM_HEALTH_CHECK_INTERVAL_MS", "1", "health_check_interval_ms"),
     ] {
         let failed = Api::try_start(&unique("ns"), &[(var, value)]).err().expect("must not start");
         assert_ne!(failed.code, Some(0));
         assert!(failed.stderr.contains(key), "{var}={value}: {}", failed.stderr);
     }
+}
+
+/// One `getCacheLocation` prefix read on a raw kept-alive connection: how many blocks matched.
+async fn prefix_read_on(conn: &mut RawConn, instance: &str, keys: &[i64]) -> usize {
+    let body = json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys}).to_string();
+    let head = format!(
+        "POST /api/getCacheLocation HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.send(format!("{head}{body}").as_bytes()).await.unwrap();
+    let resp = conn.read_response(EVENTUALLY).await.expect("no reply");
+    let reply: serde_json::Value = serde_json::from_str(&resp.body).unwrap();
+    assert_eq!((resp.status, code(&reply)), (200, "OK"), "{}", resp.body);
+    reply["locations"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn meta_connections_are_spread_over_the_serving_threads_and_each_thread_serves_reads_and_writes() {
+    let api = Api::start_with(
+        &unique("ns"),
+        &[
+            ("KVCM_SERVING_THREADS", "3"),
+            ("KVCM_HEADER_READ_TIMEOUT_MS", "60000"),
+            ("KVCM_IDLE_TIMEOUT_MS", "60000"),
+            RARE_HEALTH_CHECKS,
+        ],
+    );
+    let fx = Fixture::on(api, &[("tp0", 1024)], 1, json!({})).await;
+    let series = |t: usize| format!("kvcm_serving_thread_connections{{thread=\"{t}\"}}");
+    let counts = || async {
+        let mut counts = Vec::new();
+        for t in 0..3 {
+            counts.push(fx.api.metric(&series(t)).await);
+        }
+        counts
+    };
+    // The fixture's own client holds a connection or two of its own.
+    let before: f64 = counts().await.iter().sum();
+    let balanced = |c: &[f64]| {
+        let (lo, hi) = c.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        hi - lo <= 1.0
+    };
+    // Six connections, opened one after another, go to the threads with the fewest.
+    let mut conns = Vec::new();
+    for _ in 0..6 {
+        let mut conn = RawConn::connect(&fx.api.meta).await;
+        assert_eq!(conn.get("/api/healthy").await.status, 200);
+        conns.push(conn);
+    }
+    let spread = counts().await;
+    assert_eq!(spread.iter().sum::<f64>(), before + 6.0, "{spread:?}");
+    assert!(balanced(&spread), "{spread:?}");
+    // Every connection (so every thread, over its own Valkey connection) reads, and reads back
+    // what was written since.
+    let prompts: Vec<Vec<i64>> = (0..6).map(|c| (0..8).map(|b| 1000 * c + b + 1).collect()).collect();
+    for (c, conn) in conns.iter_mut().enumerate() {
+        assert_eq!(prefix_read_on(conn, &fx.instance, &prompts[c]).await, 0);
+        fx.write(&prompts[c]).await;
+    }
+    for (c, conn) in conns.iter_mut().enumerate() {
+        assert_eq!(prefix_read_on(conn, &fx.instance, &prompts[(c + 1) % 6]).await, 8, "connection {c}");
+    }
+    // Closed connections are counted off; new ones fill the threads that have fewest.
+    let open: f64 = counts().await.iter().sum();
+    for _ in 0..3 {
+        drop(conns.pop());
+    }
+    eventually(EVENTUALLY, || async { (counts().await.iter().sum::<f64>() == open - 3.0).then_some(()) })
+        .await
+        .expect("closed connections were never counted off");
+    for _ in 0..3 {
+        let mut conn = RawConn::connect(&fx.api.meta).await;
+        assert_eq!(prefix_read_on(&mut conn, &fx.instance, &prompts[0]).await, 8);
+        conns.push(conn);
+    }
+    let refilled = counts().await;
+    assert_eq!(refilled.iter().sum::<f64>(), open, "{refilled:?}");
+    assert!(balanced(&refilled), "{refilled:?}");
 }

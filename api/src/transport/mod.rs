@@ -42,7 +42,6 @@ use hyper::server::conn::http1;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -70,19 +69,19 @@ pub enum Serving {
 }
 
 /// A serving thread as the accept loop sees it: its runtime, its router (built over its own
-/// Valkey connection) and how many connections it serves.
+/// Valkey connection) and how many connections it serves (`kvcm_serving_thread_connections`).
 pub struct ServingThread {
     pub runtime: tokio::runtime::Handle,
     pub router: Router,
-    pub open: Arc<AtomicUsize>,
+    pub open: prometheus::IntGauge,
 }
 
 /// Gives a serving thread's connection count back when its connection ends (or never starts).
-struct Counted(Arc<AtomicUsize>);
+struct Counted(prometheus::IntGauge);
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        self.0.dec();
     }
 }
 
@@ -90,7 +89,7 @@ impl Drop for Counted {
 /// threads take turns).
 fn least_loaded(threads: &[ServingThread], turn: usize) -> &ServingThread {
     let n = threads.len();
-    (0..n).map(|i| &threads[(turn + i) % n]).min_by_key(|t| t.open.load(Relaxed)).expect("at least one serving thread")
+    (0..n).map(|i| &threads[(turn + i) % n]).min_by_key(|t| t.open.get()).expect("at least one serving thread")
 }
 
 /// Serves `serving` on `listener` until `shutdown` completes, then drains (see the module docs).
@@ -166,7 +165,7 @@ pub async fn serve(
                         continue;
                     }
                 };
-                thread.open.fetch_add(1, Relaxed);
+                thread.open.inc();
                 let (router, count) = (thread.router.clone(), Counted(thread.open.clone()));
                 // A thread that is gone (it could only have panicked) drops the task, and with
                 // it the socket and the connection's permit.
