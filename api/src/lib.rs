@@ -64,7 +64,8 @@ pub struct Server {
 }
 
 /// Connects, loads, applies the startup config, creates the bootstrap admin, checks that the
-/// configuration is safe to serve (fail closed, docs/security.md) and binds both listeners.
+/// configuration is safe to serve (fail closed, docs/security.md), binds both listeners and
+/// starts the meta plane's serving threads, each connected to the cluster ([`serving`]).
 /// (An AWS Lambda function binds nothing: see [`lambda::prepare`].)
 pub async fn build(config: Config) -> anyhow::Result<Server> {
     if let Some(plane) = config.lambda_plane {
@@ -499,7 +500,7 @@ impl Server {
         tracing::info!("shutting down: draining in-flight requests");
         let _ = tx.send(true);
         meta.await?;
-        self.serving.stop().await;
+        self.serving.stop(limits.drain_timeout + Duration::from_secs(1)).await;
         admin.await?;
         // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
         // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.

@@ -4,38 +4,48 @@
 //!
 //! Why: on a multi-threaded runtime a request hops between threads — hyper's connection task,
 //! the Valkey connection's task and the I/O driver can each run on a different worker, and every
-//! hop is a futex wake-up of a sleeping thread (`strace -c` of serial reads: ~4 futex calls per
-//! request). On a serving thread the whole request — HTTP parsing, the handler, the Valkey round
-//! trip and its reply — runs on one thread, which sleeps only in `epoll_wait` (no futex call at
-//! all). Serial 128-block reads take ~20% less time and ~30% less frontend CPU
+//! hop wakes a sleeping thread (`strace -c` of serial 128-block reads: ~4 futex calls per
+//! request). On a serving thread a read — HTTP parsing, the handler, the Valkey round trip and
+//! its reply, the response — runs on one thread, which sleeps only in `epoll_wait` (no futex
+//! call at all). Serial 128-block reads take ~20% less time and ~30% less frontend CPU
 //! (docs/benchmarks.md, "Serving threads").
 //!
 //! How:
 //! * The meta listener's accept loop ([`crate::transport::serve`]) runs on the process's shared
-//!   runtime and hands each accepted connection, for its whole life, to the serving thread with
-//!   the fewest open connections (keep-alive connections stay put; one hand-off per
-//!   connection, not per request). The connection cap, timeouts and drain are the listener's,
-//!   as before.
+//!   runtime and hands each accepted connection, for its whole life, to the live serving thread
+//!   with the fewest open connections (one hand-off per connection, not per request; the
+//!   per-thread count is `kvcm_serving_thread_connections`). The connection cap, timeouts and
+//!   drain are the listener's, as before.
 //! * A thread's [`AppState`] is the process's with the thread's own cluster connection
 //!   ([`AppState::with_connection`]): registry, caches, metrics, limits and the request-body
-//!   budget are shared.
+//!   budget are shared. What still leaves the thread: registry reads (an unknown instance,
+//!   `registerInstance`) on the registry's connection, `replica_ack` waits on their own
+//!   connections, password checks on the blocking pool, event-log lines to its writer thread.
 //! * A thread's cluster connection is opened in [`spawn`], before the frontend reports that it
-//!   listens, so a cluster that refuses it fails the start with the reason.
+//!   listens, so a cluster that refuses it fails the start with the reason. Each connection
+//!   learns of a cluster change (a failover, a node back) on its own, from a command that fails
+//!   on it, as the single connection did before.
 //! * The admin plane, gRPC and background work (registry refresh, health checks) stay on the
 //!   shared runtime.
-//! * What it costs: a long request (a 20,000-block read renders ~3 MB of JSON in a few ms) holds
-//!   up the other connections of its thread for that long, where a work-stealing runtime would
-//!   move them to an idle worker. One thread per core, with connections spread evenly, keeps
-//!   that to one thread's share.
+//! * What it costs: CPU-heavy requests hold up the other connections of their thread while they
+//!   run, where a work-stealing runtime would move those to an idle worker — a 16,384-block read
+//!   (`max_keys_per_request`) renders ~2.5 MB of JSON in a few ms; a reportEvent of 20,000 adds
+//!   decodes for ~9 ms. Connections are spread by count, not by load, so a few busy ones can
+//!   share a thread while another idles. With one thread per core and many engine connections
+//!   this evens out; a fleet of few, very uneven connections can set more threads than cores.
+//!   And each thread holds one more connection to every Valkey node.
 //!
-//! Shutdown: once the accept loop has drained every connection, [`Threads::stop`] ends the
-//! threads; each drops its runtime, which cancels what its requests left running (a recency
-//! update after a read, which is a hint).
+//! Shutdown: once the accept loop has drained every connection (see [`crate::transport`]),
+//! [`Threads::stop`] ends the threads; each drops its runtime, which closes what is still open
+//! past the drain bound and cancels what its requests left running (a recency update after a
+//! read, which is a hint).
 
 use crate::state::AppState;
 use crate::transport::ServingThread;
 use anyhow::Context;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// The running serving threads.
@@ -55,8 +65,18 @@ pub fn count(configured: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Marks its thread as gone when the thread ends, however it ends: the accept loop then stops
+/// handing it connections.
+struct Alive(Arc<AtomicBool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, Relaxed);
+    }
+}
+
 /// Starts `n` serving threads for `state`'s meta plane; each opens its own connection to the
-/// cluster before this returns (an error names the thread's failure).
+/// cluster (all at once) before this returns, and an error names the thread that failed.
 pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
     let access = kvcm_core::valkey::Access::from_config(&state.config)?;
     let open = prometheus::IntGaugeVec::new(
@@ -68,15 +88,18 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
     )
     .expect("valid metric");
     state.metrics.registry.register(Box::new(open.clone())).context("registering serving-thread metrics")?;
-    let (mut targets, mut stops, mut done) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut ready, mut stops, mut done, mut alive) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel();
-        let access = access.clone();
+        let flag = Arc::new(AtomicBool::new(true));
+        let (access, guard) = (access.clone(), Alive(flag.clone()));
         std::thread::Builder::new()
             .name(format!("kvcm-serve-{i}"))
             .spawn(move || {
+                let _alive = guard;
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => {
@@ -98,31 +121,40 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
                     // frontend is dropped).
                     let _ = stop_rx.await;
                 });
+                // Connections still open here (past the drain bound) are closed with the runtime.
                 drop(runtime);
                 let _ = done_tx.send(());
             })
             .with_context(|| format!("cannot start serving thread {i}"))?;
-        let (runtime, conn) = ready_rx
+        ready.push(ready_rx);
+        stops.push(stop_tx);
+        done.push(done_rx);
+        alive.push(flag);
+    }
+    let mut targets = Vec::with_capacity(n);
+    for (i, (ready, alive)) in ready.into_iter().zip(alive).enumerate() {
+        let (runtime, conn) = ready
             .await
             .context("a serving thread stopped before connecting")?
             .with_context(|| format!("serving thread {i} cannot connect to the Valkey cluster"))?;
         let router = crate::meta_router(&state.with_connection(conn));
-        targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]) });
-        stops.push(stop_tx);
-        done.push(done_rx);
+        targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]), alive });
     }
+    tracing::info!(threads = n, "the meta plane is served by {n} serving threads");
     Ok(Threads { targets: targets.into(), stops, done })
 }
 
 impl Threads {
-    /// Ends every thread (after the accept loop has drained its connections) and waits for them.
-    pub async fn stop(self) {
+    /// Ends every thread (after the accept loop has drained its connections) and waits for them,
+    /// for at most `bound`.
+    pub async fn stop(self, bound: Duration) {
         drop(self.targets);
         for stop in self.stops {
             let _ = stop.send(());
         }
-        for done in self.done {
-            let _ = done.await;
+        let all = futures::future::join_all(self.done);
+        if tokio::time::timeout(bound, all).await.is_err() {
+            tracing::warn!("serving threads still running after {bound:?}; no longer waiting for them");
         }
     }
 }

@@ -23,8 +23,8 @@ impl AppState {
 
 impl AppState {
     /// This state on another connection to the same cluster (handlers' and the data plane's);
-    /// everything else is shared. A serving thread's state: its Valkey traffic then runs on
-    /// the thread that serves the request (`crate::serving`).
+    /// everything else is shared. A serving thread's state: the data plane's Valkey traffic
+    /// then runs on the thread that serves the request (`crate::serving`).
     pub fn with_connection(&self, conn: ClusterConnection) -> AppState {
         let s = &self.0;
         AppState::new(Shared {

@@ -356,7 +356,9 @@ fn valkey_config(valkey: &str) -> Result<kvcm_core::config::Config> {
     Ok(kvcm_core::config::Config::load_from(None, &env)?.0)
 }
 
-/// An in-process kvcm-api (the real router and HTTP server) on a free loopback port.
+/// An in-process kvcm-api (the real router and HTTP server) on a free loopback port. It runs on
+/// a multi-threaded runtime of its own, on its own threads, as the kvcm-api binary does: the
+/// benchmark's runtime (single-threaded for serial measurements) only drives the client.
 async fn serve(
     valkey: &str,
     ns: &str,
@@ -372,12 +374,34 @@ async fn serve(
     config.max_body_bytes = 64 << 20;
     config.log_level = "warn".into();
     tweak(&mut config);
-    let server = kvcm_api::build(config).await?;
-    let addr = server.meta_addr;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.run(async move {
-        let _ = stop_rx.await;
-    }));
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("kvcm-api".into()).spawn(move || {
+        let served =
+            tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(anyhow::Error::from).and_then(
+                |runtime| {
+                    runtime.block_on(async move {
+                        let server = kvcm_api::build(config).await?;
+                        let _ = addr_tx.send(server.meta_addr);
+                        server
+                            .run(async move {
+                                let _ = stop_rx.await;
+                            })
+                            .await
+                    })
+                },
+            );
+        let _ = done_tx.send(served);
+    })?;
+    let Ok(addr) = addr_rx.await else {
+        // The server failed to start: why.
+        return match done_rx.await {
+            Ok(Err(e)) => Err(e),
+            _ => Err(anyhow::anyhow!("the in-process kvcm-api stopped before listening")),
+        };
+    };
+    let serving = tokio::spawn(async move { done_rx.await? });
     Ok((addr, stop_tx, serving))
 }
 

@@ -284,6 +284,11 @@ impl Api {
         (resp.status().as_u16(), resp.text().await.unwrap_or_default())
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the process (SIGKILL) and waits for it.
     pub fn kill(mut self) {
         let _ = self.child.kill();

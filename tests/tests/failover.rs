@@ -70,6 +70,11 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     })
     .await
     .expect("reads did not recover once the slot was served again");
+    // That read shows one serving thread's Valkey connection recovered. Each thread has its own
+    // (api/src/serving.rs), and one that was still reconnecting (the failed reads above set it
+    // off) holds a request until it is done, for at most valkey_timeout_ms (then 503, retry):
+    // the write below, which may land on another thread, comes once that bound has passed.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     // A node that lost its scripts (restarted, or a replica promoted: Valkey does not replicate
     // its script cache) answers NOSCRIPT: the frontend loads the script and sends it again.
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut node).await.unwrap();

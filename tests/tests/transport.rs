@@ -231,22 +231,52 @@ async fn bad_connection_settings_stop_the_process_with_the_key_named() {
     }
 }
 
-/// One `getCacheLocation` prefix read on a raw kept-alive connection: how many blocks matched.
-async fn prefix_read_on(conn: &mut RawConn, instance: &str, keys: &[i64]) -> usize {
-    let body = json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys}).to_string();
+/// One meta-plane call on a raw kept-alive connection; its reply, checked to be OK.
+async fn call_on(conn: &mut RawConn, rpc: &str, body: serde_json::Value) -> serde_json::Value {
+    let body = body.to_string();
     let head = format!(
-        "POST /api/getCacheLocation HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        "POST /api/{rpc} HTTP/1.1\r\nhost: kvcm\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     conn.send(format!("{head}{body}").as_bytes()).await.unwrap();
     let resp = conn.read_response(EVENTUALLY).await.expect("no reply");
     let reply: serde_json::Value = serde_json::from_str(&resp.body).unwrap();
-    assert_eq!((resp.status, code(&reply)), (200, "OK"), "{}", resp.body);
-    reply["locations"].as_array().map_or(0, Vec::len)
+    assert_eq!((resp.status, code(&reply)), (200, "OK"), "{rpc}: {}", resp.body);
+    reply
+}
+
+/// A prefix read on a raw connection: how many blocks matched.
+async fn prefix_read_on(conn: &mut RawConn, instance: &str, keys: &[i64]) -> usize {
+    let body = json!({"instance_id": instance, "query_type": "QT_PREFIX_MATCH", "block_keys": keys});
+    call_on(conn, "getCacheLocation", body).await["locations"].as_array().map_or(0, Vec::len)
+}
+
+/// A two-phase write of `keys` (all successful) on a raw connection.
+async fn write_on(conn: &mut RawConn, instance: &str, keys: &[i64]) {
+    let start = call_on(conn, "startWriteCache", json!({"instance_id": instance, "block_keys": keys})).await;
+    let n = start["locations"].as_array().unwrap().len();
+    let finish = json!({"instance_id": instance, "write_session_id": start["write_session_id"], "success_blocks": {"offset": n}});
+    call_on(conn, "finishWriteCache", finish).await;
+}
+
+/// CPU time (user + system, in clock ticks) of each of a process's threads named `kvcm-serve-N`,
+/// by N.
+fn serving_thread_cpu(pid: u32, threads: usize) -> Vec<u64> {
+    let mut cpu = vec![0; threads];
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let Some(n) = comm.trim().strip_prefix("kvcm-serve-").and_then(|n| n.parse::<usize>().ok()) else { continue };
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+        // Fields after the command name (which ends with ')'): utime and stime are 14 and 15.
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        cpu[n] = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    cpu
 }
 
 #[tokio::test]
-async fn meta_connections_are_spread_over_the_serving_threads_and_each_thread_serves_reads_and_writes() {
+async fn meta_connections_go_to_the_least_loaded_serving_thread_and_every_thread_serves_them() {
+    const THREADS: usize = 3;
     let api = Api::start_with(
         &unique("ns"),
         &[
@@ -256,55 +286,72 @@ async fn meta_connections_are_spread_over_the_serving_threads_and_each_thread_se
             RARE_HEALTH_CHECKS,
         ],
     );
+    // Everything on the meta plane below goes through the raw connections: the fixture's own
+    // client keeps the connection it set the instance up with, and nothing more.
     let fx = Fixture::on(api, &[("tp0", 1024)], 1, json!({})).await;
     let series = |t: usize| format!("kvcm_serving_thread_connections{{thread=\"{t}\"}}");
     let counts = || async {
         let mut counts = Vec::new();
-        for t in 0..3 {
-            counts.push(fx.api.metric(&series(t)).await);
+        for t in 0..THREADS {
+            counts.push(fx.api.metric(&series(t)).await as i64);
         }
         counts
     };
-    // The fixture's own client holds a connection or two of its own.
-    let before: f64 = counts().await.iter().sum();
-    let balanced = |c: &[f64]| {
-        let (lo, hi) = c.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        hi - lo <= 1.0
-    };
-    // Six connections, opened one after another, go to the threads with the fewest.
-    let mut conns = Vec::new();
-    for _ in 0..6 {
+    // Opens a connection (one request on it) and tells which thread took it.
+    let open = || async {
+        let before = counts().await;
         let mut conn = RawConn::connect(&fx.api.meta).await;
         assert_eq!(conn.get("/api/healthy").await.status, 200);
-        conns.push(conn);
+        let after = counts().await;
+        let grew: Vec<usize> = (0..THREADS).filter(|&t| after[t] == before[t] + 1).collect();
+        assert_eq!(grew.len(), 1, "one thread takes the connection: {before:?} -> {after:?}");
+        assert_eq!(after.iter().sum::<i64>(), before.iter().sum::<i64>() + 1, "{before:?} -> {after:?}");
+        (conn, grew[0])
+    };
+    let mut conns = Vec::new();
+    for _ in 0..2 * THREADS {
+        let before = counts().await;
+        let (conn, thread) = open().await;
+        assert_eq!(before[thread], *before.iter().min().unwrap(), "{before:?}: went to thread {thread}");
+        conns.push((conn, thread));
     }
-    let spread = counts().await;
-    assert_eq!(spread.iter().sum::<f64>(), before + 6.0, "{spread:?}");
-    assert!(balanced(&spread), "{spread:?}");
-    // Every connection (so every thread, over its own Valkey connection) reads, and reads back
-    // what was written since.
-    let prompts: Vec<Vec<i64>> = (0..6).map(|c| (0..8).map(|b| 1000 * c + b + 1).collect()).collect();
-    for (c, conn) in conns.iter_mut().enumerate() {
+
+    // Every thread serves its connections, over its own Valkey connection: each connection
+    // writes a prompt and reads back the one the next connection wrote.
+    let cpu_before = serving_thread_cpu(fx.api.pid(), THREADS);
+    let prompts: Vec<Vec<i64>> = (0..conns.len() as i64).map(|c| (0..8).map(|b| 1000 * c + b + 1).collect()).collect();
+    for (c, (conn, _)) in conns.iter_mut().enumerate() {
         assert_eq!(prefix_read_on(conn, &fx.instance, &prompts[c]).await, 0);
-        fx.write(&prompts[c]).await;
+        write_on(conn, &fx.instance, &prompts[c]).await;
     }
-    for (c, conn) in conns.iter_mut().enumerate() {
-        assert_eq!(prefix_read_on(conn, &fx.instance, &prompts[(c + 1) % 6]).await, 8, "connection {c}");
+    for round in 0..50 {
+        for (c, (conn, _)) in conns.iter_mut().enumerate() {
+            let next = &prompts[(c + 1) % prompts.len()];
+            assert_eq!(prefix_read_on(conn, &fx.instance, next).await, 8, "round {round}, connection {c}");
+        }
     }
-    // Closed connections are counted off; new ones fill the threads that have fewest.
-    let open: f64 = counts().await.iter().sum();
-    for _ in 0..3 {
-        drop(conns.pop());
+    let cpu_after = serving_thread_cpu(fx.api.pid(), THREADS);
+    for t in 0..THREADS {
+        assert!(cpu_after[t] > cpu_before[t], "thread {t} did no work: {cpu_before:?} -> {cpu_after:?}");
     }
-    eventually(EVENTUALLY, || async { (counts().await.iter().sum::<f64>() == open - 3.0).then_some(()) })
+
+    // Two connections of one thread close: the next two connections go to that thread.
+    let emptied = conns[0].1;
+    let target = counts().await[emptied] - 2;
+    let mut closed = 0;
+    conns.retain(|(_, t)| {
+        let close = *t == emptied && closed < 2;
+        closed += usize::from(close);
+        !close
+    });
+    assert_eq!(closed, 2);
+    eventually(EVENTUALLY, || async { (counts().await[emptied] == target).then_some(()) })
         .await
         .expect("closed connections were never counted off");
-    for _ in 0..3 {
-        let mut conn = RawConn::connect(&fx.api.meta).await;
+    for _ in 0..2 {
+        let (mut conn, thread) = open().await;
+        assert_eq!(thread, emptied, "a new connection went to a busier thread: {:?}", counts().await);
         assert_eq!(prefix_read_on(&mut conn, &fx.instance, &prompts[0]).await, 8);
-        conns.push(conn);
+        conns.push((conn, thread));
     }
-    let refilled = counts().await;
-    assert_eq!(refilled.iter().sum::<f64>(), open, "{refilled:?}");
-    assert!(balanced(&refilled), "{refilled:?}");
 }

@@ -22,6 +22,11 @@
 //!   longer idle timeout — which a connection behind a load balancer needs (see `idle_timeout_ms`
 //!   in `core/config/default.toml`). Our watchdog starts the header-read clock at accept and at
 //!   the first byte of each later request, and the idle clock after each response.
+//! * **Serving threads** (the meta plane): the accept loop runs on the shared runtime and hands
+//!   each accepted socket, for its whole life, to the live serving thread with the fewest open
+//!   connections ([`Serving::Threads`], `crate::serving`); the cap, timeouts and drain below
+//!   are the listener's all the same. The admin plane serves where it accepts
+//!   ([`Serving::Here`]).
 //! * **TCP_NODELAY** on every accepted socket: responses go out in one write, and reads take
 //!   well under a millisecond, so Nagle's algorithm could only add delay.
 //! * **Graceful shutdown** — when `shutdown` completes the listener is closed (new connections
@@ -74,6 +79,8 @@ pub struct ServingThread {
     pub runtime: tokio::runtime::Handle,
     pub router: Router,
     pub open: prometheus::IntGauge,
+    /// False once the thread has ended (it cannot take connections any more).
+    pub alive: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Gives a serving thread's connection count back when its connection ends (or never starts).
@@ -85,11 +92,14 @@ impl Drop for Counted {
     }
 }
 
-/// The serving thread with the fewest open connections (the first such after `turn`, so equal
-/// threads take turns).
-fn least_loaded(threads: &[ServingThread], turn: usize) -> &ServingThread {
+/// The live serving thread with the fewest open connections (the first such from `turn`, so
+/// equal threads take turns); `None` if every thread has ended.
+fn least_loaded(threads: &[ServingThread], turn: usize) -> Option<&ServingThread> {
     let n = threads.len();
-    (0..n).map(|i| &threads[(turn + i) % n]).min_by_key(|t| t.open.get()).expect("at least one serving thread")
+    (0..n)
+        .map(|i| &threads[(turn + i) % n])
+        .filter(|t| t.alive.load(std::sync::atomic::Ordering::Relaxed))
+        .min_by_key(|t| t.open.get())
 }
 
 /// Serves `serving` on `listener` until `shutdown` completes, then drains (see the module docs).
@@ -156,7 +166,12 @@ pub async fn serve(
             }
             Serving::Threads(threads) => {
                 turn += 1;
-                let thread = least_loaded(threads, turn);
+                let Some(thread) = least_loaded(threads, turn) else {
+                    // Cannot happen short of a bug that ends a thread's runtime; closing the
+                    // connection at once (permit returned) is all that is left to do.
+                    tracing::error!(plane, "no serving thread is left to take a connection");
+                    continue;
+                };
                 // The socket leaves this runtime's reactor and joins the serving thread's.
                 let stream = match stream.into_std() {
                     Ok(stream) => stream,
@@ -167,8 +182,8 @@ pub async fn serve(
                 };
                 thread.open.inc();
                 let (router, count) = (thread.router.clone(), Counted(thread.open.clone()));
-                // A thread that is gone (it could only have panicked) drops the task, and with
-                // it the socket and the connection's permit.
+                // A thread that ended just now drops the task, and with it the socket and the
+                // connection's permit.
                 thread.runtime.spawn(async move {
                     let _count = count;
                     match tokio::net::TcpStream::from_std(stream) {

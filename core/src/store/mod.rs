@@ -130,7 +130,6 @@ impl DataPlane {
         }
     }
 
-    /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).
     /// This data plane on another connection to the same cluster, sharing everything else
     /// (caches, settings, counters): a serving thread's own connection, whose tasks run on that
     /// thread (`kvcm_api::serving`).
@@ -138,6 +137,7 @@ impl DataPlane {
         DataPlane { conn, ..self.clone() }
     }
 
+    /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).
     pub fn with_replica_ack(self, ack: Option<durability::ReplicaAck>) -> DataPlane {
         DataPlane { replica_ack: ack.map(Arc::new), ..self }
     }

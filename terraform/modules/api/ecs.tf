@@ -260,7 +260,7 @@ resource "aws_ecs_task_definition" "this" {
         { name = "meta", containerPort = local.meta_port, protocol = "tcp" },
         { name = "admin", containerPort = local.admin_port, protocol = "tcp" },
       ]
-      environment = [for k in sort(keys(local.environment)) : { name = k, value = local.environment[k] }]
+      environment = [for k in sort(keys(local.ecs_environment)) : { name = k, value = local.ecs_environment[k] }]
       secrets     = [for k in sort(keys(local.secrets)) : { name = k, valueFrom = local.secrets[k] }]
       # kvcm keeps up to 2 x max_connections (4096) sockets open.
       ulimits         = [{ name = "nofile", softLimit = 16384, hardLimit = 16384 }]

@@ -51,6 +51,11 @@ locals {
     var.extra_environment,
   )
 
+  # The ECS tasks' environment: one serving thread per vCPU of the task (kvcm's default counts
+  # the CPUs it may run on, which under Fargate need not be the task's share; 256/512 units
+  # still get one thread). The Lambda functions serve one request at a time and have none.
+  ecs_environment = merge(local.environment, { KVCM_SERVING_THREADS = tostring(max(1, floor(var.cpu / 1024))) })
+
   # Secret environment variables -> Secrets Manager secret ARNs.
   secrets = {
     KVCM_VALKEY_PASSWORD          = var.valkey_auth_secret_arn
