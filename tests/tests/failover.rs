@@ -70,15 +70,27 @@ async fn a_cluster_failing_over_or_a_node_down_is_503_with_retry_after_and_reque
     })
     .await
     .expect("reads did not recover once the slot was served again");
-    // That read shows one serving thread's Valkey connection recovered. Each thread has its own
-    // (api/src/serving.rs), and one that was still reconnecting (the failed reads above set it
-    // off) holds a request until it is done, for at most valkey_timeout_ms (then 503, retry):
-    // the write below, which may land on another thread, comes once that bound has passed.
-    tokio::time::sleep(Duration::from_millis(800)).await;
     // A node that lost its scripts (restarted, or a replica promoted: Valkey does not replicate
     // its script cache) answers NOSCRIPT: the frontend loads the script and sends it again.
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut node).await.unwrap();
-    fx.write(&[21, 22]).await;
+    // The read above shows one serving thread's Valkey connection recovered. Each thread has its
+    // own (api/src/serving.rs); one still reconnecting (the failed reads above set it off)
+    // answers 503 + Retry-After until it is done, so the write is retried as a connector would.
+    let start = eventually(Duration::from_secs(10), || async {
+        let (status, start) =
+            fx.api.meta("startWriteCache", json!({"instance_id": fx.instance, "block_keys": [21, 22]})).await;
+        match status {
+            200 => Some(start),
+            _ => {
+                assert_eq!((status, code(&start)), (503, "SERVICE_NOT_READY"), "{start}");
+                None
+            }
+        }
+    })
+    .await
+    .expect("writes did not recover once the slot was served again");
+    assert_eq!(code(&start), "OK", "{start}");
+    assert_ok(&(200, fx.finish(&start, json!({"offset": 2})).await));
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
         .arg(kvcm_core::scripts::START_WRITE_CACHE.script().get_hash())
