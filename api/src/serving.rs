@@ -7,7 +7,7 @@
 //! hop wakes a sleeping thread (`strace -c` of serial 128-block reads: ~4 futex calls per
 //! request). On a serving thread a read — HTTP parsing, the handler, the Valkey round trip and
 //! its reply, the response — runs on one thread, which sleeps only in `epoll_wait` (no futex
-//! call at all). Serial 128-block reads take ~20% less time and ~30% less frontend CPU
+//! call at all). Serial 128-block reads take ~16% less time and ~30% less frontend CPU
 //! (docs/benchmarks.md, "Serving threads").
 //!
 //! How:

@@ -438,7 +438,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 impl Cmd {
     /// Whether the subcommand times serial calls: it then runs on a single-threaded runtime, as a
     /// serial client would, so its measurements carry no thread hand-offs of its own (on the
-    /// multi-threaded runtime each call woke another thread twice, ~30–40 µs of a 128-block
+    /// multi-threaded runtime each call woke another thread twice, ~15–25 µs of a 128-block
     /// read; docs/benchmarks.md, "Serving threads"). The others generate concurrent load on
     /// every core.
     fn is_serial(&self) -> bool {

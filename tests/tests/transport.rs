@@ -259,17 +259,16 @@ async fn write_on(conn: &mut RawConn, instance: &str, keys: &[i64]) {
     call_on(conn, "finishWriteCache", finish).await;
 }
 
-/// CPU time (user + system, in clock ticks) of each of a process's threads named `kvcm-serve-N`,
-/// by N.
+/// CPU time (in ns, from the scheduler's accounting) of each of a process's threads named
+/// `kvcm-serve-N`, by N.
 fn serving_thread_cpu(pid: u32, threads: usize) -> Vec<u64> {
     let mut cpu = vec![0; threads];
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         let Some(n) = comm.trim().strip_prefix("kvcm-serve-").and_then(|n| n.parse::<usize>().ok()) else { continue };
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
-        // Fields after the command name (which ends with ')'): utime and stime are 14 and 15.
-        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-        cpu[n] = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // schedstat: time on the CPU (ns), time waiting for it, time slices.
+        let schedstat = std::fs::read_to_string(task.path().join("schedstat")).unwrap();
+        cpu[n] = schedstat.split_whitespace().next().unwrap().parse().unwrap();
     }
     cpu
 }

@@ -54,7 +54,8 @@ locals {
   # The ECS tasks' environment: one serving thread per vCPU of the task (kvcm's default counts
   # the CPUs it may run on, which under Fargate need not be the task's share; 256/512 units
   # still get one thread). The Lambda functions serve one request at a time and have none.
-  ecs_environment = merge(local.environment, { KVCM_SERVING_THREADS = tostring(max(1, floor(var.cpu / 1024))) })
+  # A KVCM_SERVING_THREADS in extra_environment wins.
+  ecs_environment = merge({ KVCM_SERVING_THREADS = tostring(max(1, floor(var.cpu / 1024))) }, local.environment)
 
   # Secret environment variables -> Secrets Manager secret ARNs.
   secrets = {

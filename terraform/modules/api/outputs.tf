@@ -74,6 +74,6 @@ output "admin_password_secret_arn" {
 }
 
 output "environment" {
-  description = "The kvcm configuration (KVCM_* variables, no secrets) the tasks and functions get."
+  description = "The kvcm configuration (KVCM_* variables, no secrets) the tasks and functions get (the ECS tasks also KVCM_SERVING_THREADS: one per vCPU unless extra_environment sets it)."
   value       = local.environment
 }
