@@ -13,8 +13,9 @@
 //! How:
 //! * The meta listener's accept loop ([`crate::transport::serve`]) runs on the process's shared
 //!   runtime and hands each accepted connection, for its whole life, to the live serving thread
-//!   with the fewest open connections (one hand-off per connection, not per request; the
-//!   per-thread count is `kvcm_serving_thread_connections`). The connection cap, timeouts and
+//!   with the fewest open connections (one hand-off per connection, not per request; per
+//!   thread, `kvcm_serving_thread_connections` counts them and
+//!   `kvcm_serving_thread_busy_seconds_total` is the time spent running requests). The connection cap, timeouts and
 //!   drain are the listener's, as before.
 //! * A thread's [`AppState`] is the process's with the thread's own cluster connection
 //!   ([`AppState::with_connection`]): registry, caches, metrics, limits and the request-body
@@ -140,6 +141,8 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
         let router = crate::meta_router(&state.with_connection(conn));
         targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]), alive });
     }
+    let busy = BusyCollector::new(targets.iter().map(|t| t.runtime.clone()).collect());
+    state.metrics.registry.register(Box::new(busy)).context("registering serving-thread metrics")?;
     tracing::info!(threads = n, "the meta plane is served by {n} serving threads");
     Ok(Threads { targets: targets.into(), stops, done })
 }
@@ -156,5 +159,53 @@ impl Threads {
         if tokio::time::timeout(bound, all).await.is_err() {
             tracing::warn!("serving threads still running after {bound:?}; no longer waiting for them");
         }
+    }
+}
+
+/// `kvcm_serving_thread_busy_seconds_total{thread}`: how long each serving thread has spent
+/// running requests (its runtime's busy time, read at scrape time), so a thread that carries
+/// more than its share shows even when the process's CPU average does not.
+struct BusyCollector {
+    runtimes: Vec<tokio::runtime::Handle>,
+    desc: prometheus::core::Desc,
+}
+
+impl BusyCollector {
+    fn new(runtimes: Vec<tokio::runtime::Handle>) -> BusyCollector {
+        let desc = prometheus::core::Desc::new(
+            "kvcm_serving_thread_busy_seconds_total".into(),
+            "Time each meta-plane serving thread spent running requests (not waiting for them)".into(),
+            vec!["thread".into()],
+            Default::default(),
+        )
+        .expect("valid metric");
+        BusyCollector { runtimes, desc }
+    }
+}
+
+impl prometheus::core::Collector for BusyCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut family = prometheus::proto::MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(prometheus::proto::MetricType::COUNTER);
+        for (i, runtime) in self.runtimes.iter().enumerate() {
+            // A current-thread runtime has one worker: the thread itself.
+            let busy = runtime.metrics().worker_total_busy_duration(0);
+            let mut counter = prometheus::proto::Counter::default();
+            counter.set_value(busy.as_secs_f64());
+            let mut label = prometheus::proto::LabelPair::default();
+            label.set_name("thread".into());
+            label.set_value(i.to_string());
+            let mut m = prometheus::proto::Metric::default();
+            m.set_label(vec![label]);
+            m.set_counter(counter);
+            family.mut_metric().push(m);
+        }
+        vec![family]
     }
 }

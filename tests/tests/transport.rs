@@ -332,6 +332,8 @@ async fn meta_connections_go_to_the_least_loaded_serving_thread_and_every_thread
     let cpu_after = serving_thread_cpu(fx.api.pid(), THREADS);
     for t in 0..THREADS {
         assert!(cpu_after[t] > cpu_before[t], "thread {t} did no work: {cpu_before:?} -> {cpu_after:?}");
+        let busy = fx.api.metric(&format!("kvcm_serving_thread_busy_seconds_total{{thread=\"{t}\"}}")).await;
+        assert!(busy > 0.0, "thread {t} reports no busy time");
     }
 
     // Two connections of one thread close: the next two connections go to that thread.
