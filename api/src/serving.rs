@@ -15,8 +15,8 @@
 //!   runtime and hands each accepted connection, for its whole life, to the live serving thread
 //!   with the fewest open connections (one hand-off per connection, not per request; per
 //!   thread, `kvcm_serving_thread_connections` counts them and
-//!   `kvcm_serving_thread_busy_seconds_total` is the time spent running requests). The connection cap, timeouts and
-//!   drain are the listener's, as before.
+//!   `kvcm_serving_thread_busy_seconds_total` is the time spent running requests). The
+//!   connection cap, timeouts and drain are the listener's, as before.
 //! * A thread's [`AppState`] is the process's with the thread's own cluster connection
 //!   ([`AppState::with_connection`]): registry, caches, metrics, limits and the request-body
 //!   budget are shared. What still leaves the thread: registry reads (an unknown instance,
