@@ -343,23 +343,34 @@ impl prometheus::core::Collector for ReporterReadsCollector {
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut family = prometheus::proto::MetricFamily::default();
-        family.set_name(self.desc.fq_name.clone());
-        family.set_help(self.desc.help.clone());
-        family.set_field_type(prometheus::proto::MetricType::COUNTER);
-        for (source, v) in [("cached", self.reads.cached.load(Relaxed)), ("read", self.reads.read.load(Relaxed))] {
-            let mut counter = prometheus::proto::Counter::default();
-            counter.set_value(v as f64);
-            let mut label = prometheus::proto::LabelPair::default();
-            label.set_name("source".into());
-            label.set_value(source.into());
-            let mut m = prometheus::proto::Metric::default();
-            m.set_label(vec![label]);
-            m.set_counter(counter);
-            family.mut_metric().push(m);
-        }
-        vec![family]
+        let series = [("cached", self.reads.cached.load(Relaxed)), ("read", self.reads.read.load(Relaxed))];
+        vec![counter_family(&self.desc, "source", series.map(|(source, v)| (source.to_string(), v as f64)))]
     }
+}
+
+/// A counter family of `desc` read at scrape time, one series per (value of the label `label`,
+/// count): what a collector over counts kept elsewhere returns.
+pub fn counter_family(
+    desc: &prometheus::core::Desc,
+    label: &str,
+    series: impl IntoIterator<Item = (String, f64)>,
+) -> prometheus::proto::MetricFamily {
+    let mut family = prometheus::proto::MetricFamily::default();
+    family.set_name(desc.fq_name.clone());
+    family.set_help(desc.help.clone());
+    family.set_field_type(prometheus::proto::MetricType::COUNTER);
+    for (value, count) in series {
+        let mut counter = prometheus::proto::Counter::default();
+        counter.set_value(count);
+        let mut pair = prometheus::proto::LabelPair::default();
+        pair.set_name(label.into());
+        pair.set_value(value);
+        let mut m = prometheus::proto::Metric::default();
+        m.set_label(vec![pair]);
+        m.set_counter(counter);
+        family.mut_metric().push(m);
+    }
+    family
 }
 
 /// Middleware: counts and times every request by route template; writes the access log line.

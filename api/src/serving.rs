@@ -189,23 +189,9 @@ impl prometheus::core::Collector for BusyCollector {
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let mut family = prometheus::proto::MetricFamily::default();
-        family.set_name(self.desc.fq_name.clone());
-        family.set_help(self.desc.help.clone());
-        family.set_field_type(prometheus::proto::MetricType::COUNTER);
-        for (i, runtime) in self.runtimes.iter().enumerate() {
-            // A current-thread runtime has one worker: the thread itself.
-            let busy = runtime.metrics().worker_total_busy_duration(0);
-            let mut counter = prometheus::proto::Counter::default();
-            counter.set_value(busy.as_secs_f64());
-            let mut label = prometheus::proto::LabelPair::default();
-            label.set_name("thread".into());
-            label.set_value(i.to_string());
-            let mut m = prometheus::proto::Metric::default();
-            m.set_label(vec![label]);
-            m.set_counter(counter);
-            family.mut_metric().push(m);
-        }
-        vec![family]
+        // A current-thread runtime has one worker: the thread itself.
+        let busy = self.runtimes.iter().enumerate();
+        let series = busy.map(|(i, r)| (i.to_string(), r.metrics().worker_total_busy_duration(0).as_secs_f64()));
+        vec![crate::metrics::counter_family(&self.desc, "thread", series)]
     }
 }
