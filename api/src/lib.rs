@@ -192,7 +192,7 @@ pub fn app_state(
         .with_report_settings(config.report_settings());
     metrics
         .registry
-        .register(Box::new(metrics::ReporterReadsCollector::new(data.reporter_reads.clone())))
+        .register(Box::new(metrics::ScrapedCounters::reporter_reads(data.reporter_reads.clone())))
         .context("registering engine reporter metrics")?;
     let inflight_kib = config.max_inflight_body_bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
     let health = Arc::new(health::Health::new(

@@ -316,41 +316,57 @@ impl prometheus::core::Collector for RegistryCollector {
     }
 }
 
-/// How this frontend's reads of engine-reported tiers got each instance's reporters
-/// (`kvcm_engine_reporter_reads_total{source="cached"|"read"}`, from the data plane's counters).
-pub struct ReporterReadsCollector {
-    reads: Arc<kvcm_core::store::report_event::ReporterReads>,
+/// Counters kept elsewhere (atomics of the data plane, a runtime's own metrics), read at scrape
+/// time as one family with one label: `read` gives each series' label value and count.
+pub struct ScrapedCounters {
     desc: prometheus::core::Desc,
+    label: &'static str,
+    read: Box<dyn Fn() -> Vec<(String, f64)> + Send + Sync>,
 }
 
-impl ReporterReadsCollector {
-    pub fn new(reads: Arc<kvcm_core::store::report_event::ReporterReads>) -> Self {
-        let desc = prometheus::core::Desc::new(
-            "kvcm_engine_reporter_reads_total".into(),
-            "Reads of engine-reported tiers by where the instance's reporters came from: this frontend's copy (cached) or Valkey (read)".into(),
-            vec!["source".into()],
-            Default::default(),
+impl ScrapedCounters {
+    pub fn new(
+        name: &str,
+        help: &str,
+        label: &'static str,
+        read: impl Fn() -> Vec<(String, f64)> + Send + Sync + 'static,
+    ) -> ScrapedCounters {
+        let desc = prometheus::core::Desc::new(name.into(), help.into(), vec![label.into()], Default::default())
+            .expect("valid metric");
+        ScrapedCounters { desc, label, read: Box::new(read) }
+    }
+
+    /// How this frontend's reads of engine-reported tiers got each instance's reporters
+    /// (`kvcm_engine_reporter_reads_total{source="cached"|"read"}`, from the data plane's
+    /// counters).
+    pub fn reporter_reads(reads: Arc<kvcm_core::store::report_event::ReporterReads>) -> ScrapedCounters {
+        use std::sync::atomic::Ordering::Relaxed;
+        ScrapedCounters::new(
+            "kvcm_engine_reporter_reads_total",
+            "Reads of engine-reported tiers by where the instance's reporters came from: this frontend's copy (cached) or Valkey (read)",
+            "source",
+            move || {
+                vec![
+                    ("cached".into(), reads.cached.load(Relaxed) as f64),
+                    ("read".into(), reads.read.load(Relaxed) as f64),
+                ]
+            },
         )
-        .expect("valid metric");
-        ReporterReadsCollector { reads, desc }
     }
 }
 
-impl prometheus::core::Collector for ReporterReadsCollector {
+impl prometheus::core::Collector for ScrapedCounters {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
         vec![&self.desc]
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let series = [("cached", self.reads.cached.load(Relaxed)), ("read", self.reads.read.load(Relaxed))];
-        vec![counter_family(&self.desc, "source", series.map(|(source, v)| (source.to_string(), v as f64)))]
+        vec![counter_family(&self.desc, self.label, (self.read)())]
     }
 }
 
-/// A counter family of `desc` read at scrape time, one series per (value of the label `label`,
-/// count): what a collector over counts kept elsewhere returns.
-pub fn counter_family(
+/// A counter family of `desc`, one series per (value of the label `label`, count).
+fn counter_family(
     desc: &prometheus::core::Desc,
     label: &str,
     series: impl IntoIterator<Item = (String, f64)>,

@@ -141,7 +141,19 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
         let router = crate::meta_router(&state.with_connection(conn));
         targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]), alive });
     }
-    let busy = BusyCollector::new(targets.iter().map(|t| t.runtime.clone()).collect());
+    // `kvcm_serving_thread_busy_seconds_total{thread}`: a thread that carries more than its
+    // share shows even when the process's CPU average does not.
+    let runtimes: Vec<tokio::runtime::Handle> = targets.iter().map(|t| t.runtime.clone()).collect();
+    let busy = crate::metrics::ScrapedCounters::new(
+        "kvcm_serving_thread_busy_seconds_total",
+        "Time each meta-plane serving thread spent running requests (not waiting for them)",
+        "thread",
+        // A current-thread runtime has one worker: the thread itself.
+        move || {
+            let seconds = |r: &tokio::runtime::Handle| r.metrics().worker_total_busy_duration(0).as_secs_f64();
+            runtimes.iter().enumerate().map(|(i, r)| (i.to_string(), seconds(r))).collect()
+        },
+    );
     state.metrics.registry.register(Box::new(busy)).context("registering serving-thread metrics")?;
     tracing::info!(threads = n, "the meta plane is served by {n} serving threads");
     Ok(Threads { targets: targets.into(), stops, done })
@@ -159,39 +171,5 @@ impl Threads {
         if tokio::time::timeout(bound, all).await.is_err() {
             tracing::warn!("serving threads still running after {bound:?}; no longer waiting for them");
         }
-    }
-}
-
-/// `kvcm_serving_thread_busy_seconds_total{thread}`: how long each serving thread has spent
-/// running requests (its runtime's busy time, read at scrape time), so a thread that carries
-/// more than its share shows even when the process's CPU average does not.
-struct BusyCollector {
-    runtimes: Vec<tokio::runtime::Handle>,
-    desc: prometheus::core::Desc,
-}
-
-impl BusyCollector {
-    fn new(runtimes: Vec<tokio::runtime::Handle>) -> BusyCollector {
-        let desc = prometheus::core::Desc::new(
-            "kvcm_serving_thread_busy_seconds_total".into(),
-            "Time each meta-plane serving thread spent running requests (not waiting for them)".into(),
-            vec!["thread".into()],
-            Default::default(),
-        )
-        .expect("valid metric");
-        BusyCollector { runtimes, desc }
-    }
-}
-
-impl prometheus::core::Collector for BusyCollector {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        vec![&self.desc]
-    }
-
-    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        // A current-thread runtime has one worker: the thread itself.
-        let busy = self.runtimes.iter().enumerate();
-        let series = busy.map(|(i, r)| (i.to_string(), r.metrics().worker_total_busy_duration(0).as_secs_f64()));
-        vec![crate::metrics::counter_family(&self.desc, "thread", series)]
     }
 }
