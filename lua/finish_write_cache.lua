@@ -57,55 +57,101 @@ elseif now >= deadline * 1000 then
   return {5, "write session '" .. ARGV[1] .. "' expired at unix time " .. deadline ..
              "; its blocks were not stored (start a new write)"}
 end
-local mask, ok = ARGV[2], {}
+-- Which locations succeeded: the first `upto`, or those whose mask byte is '1'.
+local mask, upto = ARGV[2], nil
 if mask:sub(1, 1) == 'o' then
-  local k = tonumber(mask:sub(2))
-  if not k or k < 0 or k > n then
+  upto = tonumber(mask:sub(2))
+  if not upto or upto < 0 or upto > n then
     return {5, 'success_blocks.offset ' .. mask:sub(2) .. ' is outside 0..=' .. n .. ' (the session has ' .. n .. ' locations)'}
   end
-  for j = 1, n do ok[j] = j <= k end
 elseif mask:sub(1, 1) == 'b' then
   if #mask - 1 ~= n then
     return {5, 'success_blocks.bool_masks has ' .. (#mask - 1) .. ' values; the session has ' .. n ..
                ' locations (success_blocks indexes the locations startWriteCache returned)'}
   end
-  for j = 1, n do ok[j] = mask:sub(j + 1, j + 1) == '1' end
 else
   return redis.error_reply('finish_write_cache: ARGV[2] must start with o or b')
 end
 
 local K = {blocks = KEYS[1], usage = KEYS[4], lru = KEYS[5], lfu = KEYS[6], itouch = KEYS[7], del = KEYS[8]}
-local done = 0
-local fresh, order, used, cache, dirty = {}, {}, {}, {}, {}
--- Every record of the session in a few HMGETs (false = absent), not one call per key.
-for c = 1, n, 1000 do
-  local ks = {}
-  for j = c, math.min(c + 999, n) do ks[#ks + 1] = (session_loc(sess, j)) end
-  local part = redis.call('HMGET', K.blocks, unpack(ks))
-  for i = 1, #ks do
-    if cache[ks[i]] == nil then cache[ks[i]] = part[i] end
+-- Per session location j (arrays, not tables keyed by block: this runs for every write, and
+-- each table a script fills costs Valkey's allocator and Lua's collector):
+--   skey[j]  its block key;
+--   recs[j]  the block's record as this script leaves it (false = absent), read in a few HMGETs;
+--   state[j] nil = untouched, 1 = changed, 2 = started serving here (changed too).
+-- A parent outside the session is read when a child links to it; `outer` holds its changed
+-- record.
+local skey, recs = {}, {}
+for j = 1, n do skey[j] = session_key(sess, j) end
+if n > 0 then recs = redis.call('HMGET', K.blocks, unpack(skey, 1, math.min(1000, n))) end
+for c = 1001, n, 1000 do
+  local part = redis.call('HMGET', K.blocks, unpack(skey, c, math.min(c + 999, n)))
+  for i = 1, #part do recs[c + i - 1] = part[i] end
+end
+local state, outer, at = {}, {}, nil
+-- The session index of a block key, or nil; the map is built the first time a parent is not
+-- simply the key before its child.
+local function index_of(key)
+  if not at then
+    at = {}
+    for j = 1, n do at[skey[j]] = j end
+  end
+  return at[key]
+end
+local done, used = 0, {}
+-- The serving form of each distinct location of the session, and its storage id, built once
+-- (an unpacked session's locations of one spec group are all alike).
+local serving, serving_sid = {}, {}
+-- Location j succeeded and its block serves with record `rec`: counted in usage, and counted in
+-- its parent, which stops being a leaf (leaves are indexed once all links are made).
+local function served(j, rec, sid)
+  recs[j] = rec
+  state[j] = 2
+  local bytes = session_bytes(sess, j)
+  local u = used[sid]
+  if u then
+    u[1], u[2] = u[1] + bytes, u[2] + 1
+  else
+    used[sid] = {bytes, 1}
+  end
+  done = done + 1
+  local parent = rec_parent(rec)
+  if not parent or parent == skey[j] then return end
+  local pj
+  if j > 1 and parent == skey[j - 1] then pj = j - 1 else pj = index_of(parent) end
+  local prec, was_fresh
+  if pj then
+    prec, was_fresh = recs[pj], state[pj] == 2
+  else
+    prec = outer[parent]
+    if prec == nil then prec = redis.call('HGET', K.blocks, parent) end
+  end
+  -- A parent without a record gets a header-only one, so that when it is written again it is
+  -- not mistaken for a leaf while this child serves.
+  if not prec then prec = rec_new(nil) end
+  local c = rec_children(prec)
+  -- Saturates: a block with 65535 serving children stays interior for good (never evicted
+  -- before them), rather than wrapping to 0.
+  if c < 65535 then c = c + 1 end
+  prec = rec_set_children(prec, c)
+  if pj then
+    recs[pj] = prec
+    state[pj] = state[pj] or 1
+  else
+    outer[parent] = prec
+  end
+  if c == 1 and not was_fresh then
+    redis.call('ZREM', K.lru, parent)
+    redis.call('ZREM', K.lfu, parent)
   end
 end
--- The serving form of each distinct location of the session, built once (an unpacked session's
--- locations of one spec group are all alike).
-local serving = {}
--- A location of the session succeeded: the block serves (counted in usage, linked to its
--- parent, indexed as a leaf once all links are made).
-local function served(key, rec, bytes, sid)
-  cache[key] = rec
-  dirty[key] = rec
-  local u = used[sid] or {0, 0}
-  used[sid] = {u[1] + bytes, u[2] + 1}
-  link_parent(K, key, rec, fresh, cache, dirty)
-  fresh[key] = true
-  order[#order + 1] = key
-  done = done + 1
-end
 for j = 1, n do
-  local key, bytes, sloc = session_loc(sess, j)
-  local rec = cache[key]
+  local key, sloc = skey[j], session_loc(sess, j)
+  local ok
+  if upto then ok = j <= upto else ok = mask:byte(j + 1) == 49 end -- '1'
+  local rec = recs[j]
   local found = false
-  if rec and ok[j] and #rec == HDR + #sloc and rec:sub(HDR + 1) == sloc then
+  if rec and ok and #rec == HDR + #sloc and rec:sub(HDR + 1) == sloc then
     -- The common case, decided without walking the record: the block's one location is this
     -- session's, still writing, and succeeded (what the general path below does for it).
     found = true
@@ -113,25 +159,22 @@ for j = 1, n do
     if not sv then
       sv = 'S' .. sloc:sub(2)
       serving[sloc] = sv
+      serving_sid[sloc] = loc_storage(sv, 1)
     end
-    served(key, rec:sub(1, HDR) .. sv, bytes, loc_storage(sv, 1))
+    served(j, rec:sub(1, HDR) .. sv, serving_sid[sloc])
   elseif rec then
     for _, p in ipairs(locs(rec)) do
       if loc_seq(rec, p) == seq and loc_storage(rec, p) == loc_storage(sloc, 1) then
         found = true
         local st = loc_state(rec, p)
-        if st == 'W' and ok[j] then
-          served(key, set_state(rec, p, 'S'), bytes, loc_storage(rec, p))
+        if st == 'W' and ok then
+          served(j, set_state(rec, p, 'S'), loc_storage(rec, p))
         elseif st == 'W' then
           queue_delete(K, key, loc_bytes(rec, p), 'write_failed')
           rec = remove_loc(rec, p)
-          if #rec == HDR and rec_children(rec) == 0 then
-            cache[key] = false
-            dirty[key] = false
-          else
-            cache[key] = rec
-            dirty[key] = rec
-          end
+          if #rec == HDR and rec_children(rec) == 0 then rec = false end
+          recs[j] = rec
+          state[j] = 1
         elseif st == 'D' then
           -- Removed while the engine was writing: its file is complete only now.
           queue_delete(K, key, loc_bytes(rec, p), 'removed_while_writing')
@@ -145,9 +188,36 @@ for j = 1, n do
     queue_delete(K, key, sloc, 'trimmed_while_writing')
   end
 end
-flush_records(K, dirty)
+-- Write back the changed records: one HSET (and one HDEL) per 500 records.
+local sets, dels = {}, {}
+for j = 1, n do
+  if state[j] then
+    if recs[j] then
+      sets[#sets + 1] = skey[j]
+      sets[#sets + 1] = recs[j]
+    else
+      dels[#dels + 1] = skey[j]
+    end
+  end
+end
+for key, rec in pairs(outer) do
+  sets[#sets + 1] = key
+  sets[#sets + 1] = rec
+end
+for c = 1, #sets, 1000 do redis.call('HSET', K.blocks, unpack(sets, c, math.min(c + 999, #sets))) end
+for c = 1, #dels, 1000 do redis.call('HDEL', K.blocks, unpack(dels, c, math.min(c + 999, #dels))) end
 for sid, u in pairs(used) do usage_add(K, sid, u[1], u[2]) end
-index_leaves(K, order, cache, now)
+-- Index the blocks that started serving and are leaves once every link is made: a chain written
+-- in one session costs one index entry, not one per block added then removed.
+local clock = nil
+for j = 1, n do
+  local rec = recs[j]
+  if state[j] == 2 and rec_children(rec) == 0 and has_state(rec, 'S') then
+    clock = clock or tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
+    redis.call('ZADD', K.lru, now, skey[j])
+    redis.call('ZADD', K.lfu, 'NX', clock + 1, skey[j])
+  end
+end
 if expire then
   redis.call('DEL', KEYS[2])
 else

@@ -17,7 +17,8 @@
 -- ARGV[7..] block keys, 8 bytes each, in request order; key i's parent is key i-1
 --
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
---        location bytes of the j-th non-present key. | {-3, message} (the session id is another
+--        location bytes of the j-th non-present key. When every new location is the same bytes
+--        (all keys new, one spec group, unpacked) the reply carries it once: {1, present, loc}. | {-3, message} (the session id is another
 --        request's: the caller draws another id and calls again; never a wire status). Arguments kvcm itself got wrong are an error reply (a bug, never a status).
 -- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32 |
 -- location 26 bytes, zero-padded), so finish and expiry can queue a location's deletion even
@@ -56,8 +57,7 @@ if prior then
   for i = 1, nk do
     local k = ARGV[6 + i]
     if j <= n and session_key(prior, j) == k then
-      local _, _, loc = session_loc(prior, j)
-      again[#again + 1] = loc
+      again[#again + 1] = session_loc(prior, j)
       present[i] = '0'
       j = j + 1
     else
@@ -71,25 +71,45 @@ end
 
 local now = tonumber(redis.call('TIME')[1])
 -- Every record in a few HMGETs (chunks stay under Lua's unpack limit), not one call per key.
-local recs = {}
-for c = 1, nk, 1000 do
+local recs = redis.call('HMGET', KEYS[1], unpack(ARGV, 7, 6 + math.min(1000, nk)))
+for c = 1001, nk, 1000 do
   local part = redis.call('HMGET', KEYS[1], unpack(ARGV, 6 + c, 6 + math.min(c + 999, nk)))
   for j = 1, #part do recs[c + j - 1] = part[j] end
 end
-local present, seen, new = {}, {}, {}
+-- The common case, a new suffix: keys that are distinct and have no record are all new, every
+-- new record links to the key before it, and no link can close a cycle. Then `new` stays nil
+-- (the j-th new key is key j) and the walk below is skipped.
+local seen, simple = {}, true
 for i = 1, nk do
   local k = ARGV[6 + i]
-  local p = false
-  if seen[k] then
-    p = true
-  else
-    seen[k] = true
-    local rec = recs[i]
-    if rec and has_live(rec) then p = true end
+  if recs[i] or seen[k] then
+    simple = false
+    break
   end
-  present[i] = p and '1' or '0'
-  if not p then new[#new + 1] = i end
+  seen[k] = true
 end
+local present, new
+if simple then
+  present = string.rep('0', nk)
+else
+  local flags = {}
+  seen, new = {}, {}
+  for i = 1, nk do
+    local k = ARGV[6 + i]
+    local p = false
+    if seen[k] then
+      p = true
+    else
+      seen[k] = true
+      local rec = recs[i]
+      if rec and has_live(rec) then p = true end
+    end
+    flags[i] = p and '1' or '0'
+    if not p then new[#new + 1] = i end
+  end
+  present = table.concat(flags)
+end
+local nnew = new and #new or nk
 
 -- A key without a record gets a new record naming the previous key as its parent. Records whose
 -- key was dropped while a child was being written still name it, and key orders are the
@@ -103,7 +123,7 @@ end
 -- make its link (a missing parent link costs eviction order, never a wrong answer); a request
 -- whose chain leaves it to a stored chain deeper than the budget pays that.
 local unlinked = {}
-do
+if not simple then
   local WALK_STEPS = 2048
   local steps = 0
   local linked = {} -- key -> index, for keys that get a new record (and so a new parent link)
@@ -164,62 +184,79 @@ end
 
 local seq = redis.call('INCR', KEYS[4]) % 4294967296
 local deadline = now + timeout
-local reply = {1, table.concat(present)}
-local sess = {struct.pack('<I4I4I4', seq, deadline, #new)}
-local writes = {}
+local head = struct.pack('<I4I4I4', seq, deadline, nnew)
+-- All new keys of one spec group, unpacked: every new location is the same bytes, and the reply
+-- carries it once (one location in a reply stands for every new key's).
+local uniform = simple and groups == '' and per_file == 1
+local reply = {1, present}
+local sess = {head}
+local writes, nw, ns, nr = {}, 0, 1, 2
 -- What every new location of a spec group shares (state, storage, group, session, time), built
 -- once per group rather than per block. An unpacked location is the same for every block of its
 -- spec group; so is the tail of its session entry.
-local stem, unpacked, entry_tail = {}, {}, {}
+local stem, unpacked, entry_tail, packed_size = {}, {}, {}, {}
 local function group_parts(g)
-  if not stem[g] then
-    stem[g] = 'W' .. struct.pack('<I2', storage) .. string.char(g) .. struct.pack('<I4I4', seq, now)
-    unpacked[g] = stem[g] .. struct.pack('<I2', NOT_PACKED)
-    entry_tail[g] = struct.pack('<I4', sizes[g + 1]) .. unpacked[g] .. string.rep('\0', 26 - #unpacked[g])
-  end
+  stem[g] = 'W' .. struct.pack('<I2', storage) .. string.char(g) .. struct.pack('<I4I4', seq, now)
+  unpacked[g] = stem[g] .. struct.pack('<I2', NOT_PACKED)
+  packed_size[g] = struct.pack('<I4', sizes[g + 1])
+  entry_tail[g] = packed_size[g] .. unpacked[g] .. string.rep('\0', 26 - #unpacked[g])
 end
 local f = 0
-while f * per_file < #new do
-  local first, last = f * per_file + 1, math.min((f + 1) * per_file, #new)
-  local file_first, file_tail = nil, nil
+while f * per_file < nnew do
+  local first, last = f * per_file + 1, math.min((f + 1) * per_file, nnew)
+  local file_tail = nil
   if per_file > 1 then
     local members = {}
-    for j = first, last do members[#members + 1] = ARGV[6 + new[j]] end
-    file_first = members[1]
+    for j = first, last do members[#members + 1] = ARGV[6 + (new and new[j] or j)] end
     local file_hash = tonumber(redis.sha1hex(table.concat(members) .. struct.pack('<I4', seq)):sub(1, 8), 16)
-    file_tail = file_first .. struct.pack('<I4', file_hash)
+    file_tail = members[1] .. struct.pack('<I4', file_hash)
     redis.call('HSET', KEYS[5], file_tail, last - first + 1)
   end
   for j = first, last do
-    local i = new[j]
+    local i = new and new[j] or j
     local k = ARGV[6 + i]
     local g = 0
     if groups ~= '' then g = groups:byte(i) end
-    group_parts(g)
-    local loc, entry
+    if not stem[g] then group_parts(g) end
+    -- The session entry goes in as its parts (table.concat joins them once, at the end; a
+    -- uniform session's entries are its keys, each followed by the same tail).
+    local loc
     if per_file > 1 then
       loc = stem[g] .. struct.pack('<I2', j - first) .. file_tail
-      entry = k .. struct.pack('<I4', sizes[g + 1]) .. loc
+      sess[ns + 1], sess[ns + 2], sess[ns + 3] = k, packed_size[g], loc
+      ns = ns + 3
     else
       loc = unpacked[g]
-      entry = k .. entry_tail[g]
+      if not uniform then
+        sess[ns + 1], sess[ns + 2] = k, entry_tail[g]
+        ns = ns + 2
+      end
     end
     local rec = recs[i]
-    if not rec then
-      local parent = nil
-      if i > 1 and not unlinked[i] then parent = ARGV[5 + i] end
-      rec = rec_new(parent)
+    if rec then
+      rec = rec .. loc
+    elseif i > 1 and not unlinked[i] then
+      rec = rec_new(ARGV[5 + i], loc)
+    else
+      rec = rec_new(nil, loc)
     end
-    writes[#writes + 1] = k
-    writes[#writes + 1] = rec .. loc
-    reply[#reply + 1] = loc
-    sess[#sess + 1] = entry
+    writes[nw + 1], writes[nw + 2] = k, rec
+    nw = nw + 2
+    if not uniform then
+      nr = nr + 1
+      reply[nr] = loc
+    end
   end
   f = f + 1
 end
 for c = 1, #writes, 1000 do
   redis.call('HSET', KEYS[1], unpack(writes, c, math.min(c + 999, #writes)))
 end
-redis.call('SET', KEYS[2], table.concat(sess))
+if uniform then
+  reply[3] = unpacked[0]
+  redis.call('SET', KEYS[2], head .. table.concat(ARGV, entry_tail[0], 7, 6 + nk) .. entry_tail[0])
+else
+  redis.call('SET', KEYS[2], table.concat(sess))
+end
 redis.call('ZADD', KEYS[3], deadline, ARGV[1])
 return reply

@@ -22,16 +22,22 @@ local NOT_PACKED = 65535
 -- client's retries of one request take.
 local FINISHED_TTL_MS = 60000
 
-local function rec_new(parent)
-  if parent then return '\1' .. parent .. '\0\0' end
-  return '\0\0\0\0\0\0\0\0\0\0\0'
+-- A new record: no children, `loc` (optional) its one location.
+local function rec_new(parent, loc)
+  if parent then return '\1' .. parent .. '\0\0' .. (loc or '') end
+  return '\0\0\0\0\0\0\0\0\0\0\0' .. (loc or '')
 end
 local function rec_parent(rec)
   if rec:byte(1) % 2 == 1 then return rec:sub(2, 9) end
   return nil
 end
-local function rec_children(rec) return (struct.unpack('<I2', rec, 10)) end
-local function rec_set_children(rec, n) return rec:sub(1, 9) .. struct.pack('<I2', n) .. rec:sub(12) end
+local function rec_children(rec)
+  local lo, hi = rec:byte(10, 11)
+  return lo + hi * 256
+end
+local function rec_set_children(rec, n)
+  return rec:sub(1, 9) .. string.char(n % 256, math.floor(n / 256)) .. rec:sub(12)
+end
 local function loc_len(rec, p)
   if struct.unpack('<I2', rec, p + 12) == NOT_PACKED then return 14 end
   return 26
@@ -68,61 +74,6 @@ end
 local function usage_add(K, storage, bytes, blocks)
   redis.call('HINCRBY', K.usage, 'b' .. storage, bytes)
   redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
-end
-
--- A block started serving: count it in its parent, which stops being a leaf. `cache` holds the
--- records this script already read or changed (false = absent), `dirty` the changes to write
--- back at the end (flush_records), saving a read and a write per block; `fresh` marks the
--- blocks that started serving earlier in the same script, not indexed yet (see index_leaves),
--- so they need no ZREM.
-local function link_parent(K, key, rec, fresh, cache, dirty)
-  local parent = rec_parent(rec)
-  if parent and parent ~= key then
-    local prec = cache[parent]
-    if prec == nil then prec = redis.call('HGET', K.blocks, parent) end
-    -- A parent without a record (not cached right now) gets a header-only one, so that when it
-    -- is written again it is not mistaken for a leaf while this child serves.
-    if not prec then prec = rec_new(nil) end
-    local c = rec_children(prec)
-    -- Saturates: a block with 65535 serving children stays interior for good (never evicted
-    -- before them), rather than wrapping to 0.
-    if c < 65535 then c = c + 1 end
-    prec = rec_set_children(prec, c)
-    cache[parent] = prec
-    dirty[parent] = prec
-    if c == 1 and not fresh[parent] then
-      redis.call('ZREM', K.lru, parent)
-      redis.call('ZREM', K.lfu, parent)
-    end
-  end
-end
-
--- Writes back the records a script changed: one HSET (and one HDEL) per 500 records.
-local function flush_records(K, dirty)
-  local sets, dels = {}, {}
-  for k, v in pairs(dirty) do
-    if v then
-      sets[#sets + 1] = k
-      sets[#sets + 1] = v
-    else
-      dels[#dels + 1] = k
-    end
-  end
-  for c = 1, #sets, 1000 do redis.call('HSET', K.blocks, unpack(sets, c, math.min(c + 999, #sets))) end
-  for c = 1, #dels, 1000 do redis.call('HDEL', K.blocks, unpack(dels, c, math.min(c + 999, #dels))) end
-end
-
--- Indexes, once all links of a script are made, the blocks of `order` that are leaves: a
--- chain written in one session costs one index entry, not one per block added then removed.
-local function index_leaves(K, order, cache, score)
-  local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
-  for _, key in ipairs(order) do
-    local rec = cache[key]
-    if rec and rec_children(rec) == 0 and has_state(rec, 'S') then
-      redis.call('ZADD', K.lru, score, key)
-      redis.call('ZADD', K.lfu, 'NX', clock + 1, key)
-    end
-  end
 end
 
 -- A block stopped serving: drop it from the indexes; its parent loses a child and, when that
@@ -167,11 +118,16 @@ local function session_key(sess, j)
   local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
   return sess:sub(off, off + 7)
 end
+local function session_bytes(sess, j)
+  local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
+  local b1, b2, b3, b4 = sess:byte(off + 8, off + 11)
+  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+-- Entry j's location, its zero padding dropped (blkid NOT_PACKED, ff ff: a 14-byte location).
 local function session_loc(sess, j)
   local off = SESSION_HDR + (j - 1) * SESSION_ENTRY + 1
-  local loc = sess:sub(off + 12, off + 37)
-  if struct.unpack('<I2', loc, 13) == NOT_PACKED then loc = loc:sub(1, 14) end
-  return sess:sub(off, off + 7), struct.unpack('<I4', sess, off + 8), loc
+  if sess:byte(off + 24) == 255 and sess:byte(off + 25) == 255 then return sess:sub(off + 12, off + 25) end
+  return sess:sub(off + 12, off + 37)
 end
 
 -- Drops a location being deleted ('D' or 'X', matching `want` but for its state byte) from

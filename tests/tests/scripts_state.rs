@@ -283,6 +283,57 @@ async fn a_chain_that_leaves_the_request_keeps_its_links_when_it_makes_no_cycle(
 }
 
 #[tokio::test]
+async fn a_block_whose_parent_comes_later_in_its_session_is_counted_in_that_parent() {
+    // [A, B] with A failed: B serves under a header-only A. Removing B leaves its record (a
+    // location being deleted) naming A. [B, A] then writes both again: B keeps its parent A, the
+    // key after it, and A becomes a root of its own (naming B would close a cycle). Finishing
+    // that session links B to A, a block of the same session that is not the key before it.
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    let (a, b) = (7001, 7002);
+    let first = fx.start(&[a, b]).await;
+    assert_ok(&(200, fx.finish(&first, json!({"bool_masks": {"values": [false, true]}})).await));
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [b]})).await);
+    let again = fx.start(&[b, a]).await;
+    assert_eq!(again["locations"].as_array().unwrap().len(), 2, "{again}");
+    assert_ok(&(200, fx.finish(&again, json!({"offset": 2})).await));
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &[a, b], json!({})).await), vec![true, true]);
+    let leaves: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(leaves, vec![field(b)], "B is the one leaf; A has B as its child");
+    let mut c = valkey().await;
+    let rec: Vec<u8> = redis::cmd("HGET").arg(format!("{p}blocks")).arg(field(a)).query_async(&mut c).await.unwrap();
+    assert_eq!(u16::from_le_bytes([rec[9], rec[10]]), 1, "A counts one serving child: {rec:?}");
+    assert_eq!(rec[11], b'S', "A's one location serves: {rec:?}");
+}
+
+#[tokio::test]
+async fn a_session_of_new_blocks_gets_one_location_per_block_from_a_reply_that_carries_it_once() {
+    // Every new location of an unpacked, single-spec-group session is the same bytes: the
+    // script sends them once and the frontend builds each block's own URIs from them.
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let keys: Vec<i64> = (1..=5).collect();
+    let s = fx.start(&keys).await;
+    let uris: Vec<String> = s["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["location_specs"][0]["uri"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(uris.len(), 5, "{s}");
+    for (k, uri) in keys.iter().zip(&uris) {
+        assert!(uri.contains(&format!("{k:016x}")), "block {k}'s own URI: {uri}");
+    }
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 5})).await));
+    assert_eq!(Fixture::real(&fx.get("QT_BATCH_GET", &keys, json!({})).await), vec![true; 5]);
+    // Packed blocks' locations differ (each its place in its file): one per block, as before.
+    let packed = Fixture::new(&[("tp0", 8)], 4, json!({})).await;
+    let s = packed.start(&(1..=6).collect::<Vec<i64>>()).await;
+    let uris: std::collections::BTreeSet<&str> =
+        s["locations"].as_array().unwrap().iter().map(|l| l["location_specs"][0]["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris.len(), 6, "six packed blocks, six places: {s}");
+}
+
+#[tokio::test]
 async fn the_expirer_does_not_count_a_session_finished_just_before_it() {
     let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
     let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);

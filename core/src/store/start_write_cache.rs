@@ -188,18 +188,31 @@ impl DataPlane {
         let mut it = reply.into_iter();
         let present: Vec<u8> = it.next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         let flags: Vec<bool> = present.iter().map(|c| *c == b'1').collect();
-        let new_index = flags.iter().enumerate().filter(|(_, p)| !**p).map(|(i, _)| i);
-        let mut locations = Vec::new();
+        let new_index: Vec<usize> = flags.iter().enumerate().filter(|(_, p)| !**p).map(|(i, _)| i).collect();
+        // One location per new key, or one standing for every new key's (the script's reply for
+        // a session whose new locations are all the same bytes).
+        let raw: Vec<Vec<u8>> = it.map(redis::from_redis_value).collect::<std::result::Result<_, _>>()?;
+        if raw.len() != new_index.len() && !(raw.len() == 1 && !new_index.is_empty()) {
+            return Err(Error::internal(format!(
+                "start_write_cache: {} locations for {} new keys",
+                raw.len(),
+                new_index.len()
+            )));
+        }
+        let decoded = raw
+            .iter()
+            .map(|bytes| decode_location(bytes, 0).map(|(loc, _)| loc))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::internal("start_write_cache: bad location"))?;
+        let mut locations = Vec::with_capacity(new_index.len());
         // One builder for the session: URI prefixes are made once per storage, not per block.
         let storages = |id: u16| Some(storage_of(snap, id).unwrap_or(cfg));
         let mut builder = backend::LocationBuilder::new(&storages, inst, &[]);
-        for (i, raw) in new_index.zip(it) {
-            let bytes: Vec<u8> = redis::from_redis_value(raw)?;
-            let (loc, _) =
-                decode_location(&bytes, 0).ok_or_else(|| Error::internal("start_write_cache: bad location"))?;
+        for (n, i) in new_index.into_iter().enumerate() {
+            let loc = &decoded[n.min(decoded.len() - 1)];
             locations.push(
                 builder
-                    .build(blocks[i], &loc)
+                    .build(blocks[i], loc)
                     .ok_or_else(|| Error::internal("start_write_cache: location without URIs"))?,
             );
         }
