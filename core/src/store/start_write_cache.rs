@@ -192,7 +192,8 @@ impl DataPlane {
         // One location per new key, or one standing for every new key's (the script's reply for
         // a session whose new locations are all the same bytes).
         let raw: Vec<Vec<u8>> = it.map(redis::from_redis_value).collect::<std::result::Result<_, _>>()?;
-        if raw.len() != new_index.len() && !(raw.len() == 1 && !new_index.is_empty()) {
+        let one_for_all = raw.len() == 1 && !new_index.is_empty();
+        if raw.len() != new_index.len() && !one_for_all {
             return Err(Error::internal(format!(
                 "start_write_cache: {} locations for {} new keys",
                 raw.len(),
