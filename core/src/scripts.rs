@@ -1,6 +1,7 @@
 //! The script registry: every Lua file in `lua/`, compiled into the binary (data-plane scripts
-//! after `lua/lib/record.lua`, credential scripts after `lua/lib/accounts.lua`), and the one
-//! function that turns a script's `{code, payload}` reply into a typed result.
+//! after the functions of `lua/lib/record.lua` they call, credential scripts after
+//! `lua/lib/accounts.lua`'s), and the one function that turns a script's `{code, payload}` reply
+//! into a typed result.
 //!
 //! Scripts are loaded on every primary at start ([`load_all`]); calls use EVALSHA and fall back
 //! to loading the script when a node answers NOSCRIPT (after a restart or failover).
@@ -16,20 +17,107 @@ pub struct LuaScript {
     pub file: &'static str,
     /// The file as written (its documented header first).
     pub file_source: &'static str,
-    /// What Valkey runs: the file, after `lua/lib/record.lua` for data-plane scripts.
-    pub source: &'static str,
+    /// The library it runs after (`lua/lib/record.lua` for data-plane scripts,
+    /// `lua/lib/accounts.lua` for credential scripts; empty for none).
+    lib: &'static str,
+    source: OnceLock<String>,
     script: OnceLock<Script>,
 }
 
 impl LuaScript {
-    const fn new(file: &'static str, file_source: &'static str, source: &'static str) -> Self {
-        LuaScript { file, file_source, source, script: OnceLock::new() }
+    const fn new(file: &'static str, file_source: &'static str, lib: &'static str) -> Self {
+        LuaScript { file, file_source, lib, source: OnceLock::new(), script: OnceLock::new() }
+    }
+
+    /// What Valkey runs: the library's functions the file calls ([`with_lib`]), then the file.
+    pub fn source(&self) -> &str {
+        self.source.get_or_init(|| with_lib(self.lib, self.file_source))
     }
 
     /// The script, ready for `.key(..).arg(..).invoke_async(..)` (EVALSHA, NOSCRIPT fallback).
     pub fn script(&self) -> &Script {
-        self.script.get_or_init(|| Script::new(self.source))
+        self.script.get_or_init(|| Script::new(self.source()))
     }
+}
+
+/// `lib` followed by `body`, without the library functions `body` never calls (directly or
+/// through a function it keeps). Valkey scripts cannot import, so each script carries its
+/// library; and every `local function` of a script is a closure Valkey builds on every call:
+/// the write path's scripts paid for some twenty they never called (docs/benchmarks.md, "Writes:
+/// less Lua per session"). Everything else in `lib` — comments, constants — stays, in order.
+///
+/// A function starts at a line `local function NAME(` at the start of a line (with the comment
+/// lines right above it) and ends on that line when it ends with ` end`, else at the next line
+/// that is exactly `end`. A name counts as called when it appears as a whole identifier, so a
+/// mention in a comment keeps a function too (never the other way round).
+fn with_lib(lib: &str, body: &str) -> String {
+    let lines: Vec<&str> = lib.lines().collect();
+    // (function name or None for text kept as is, its lines)
+    let mut items: Vec<(Option<&str>, std::ops::Range<usize>)> = Vec::new();
+    let (mut i, mut plain) = (0, 0);
+    while i < lines.len() {
+        let Some(rest) = lines[i].strip_prefix("local function ") else {
+            i += 1;
+            continue;
+        };
+        let name = rest.split('(').next().unwrap_or(rest).trim();
+        let mut start = i;
+        while start > plain && lines[start - 1].starts_with("--") {
+            start -= 1;
+        }
+        if plain < start {
+            items.push((None, plain..start));
+        }
+        let mut end = i;
+        if !lines[i].trim_end().ends_with(" end") {
+            while end < lines.len() && lines[end] != "end" {
+                end += 1;
+            }
+            assert!(end < lines.len(), "lua lib: function {name} has no closing `end` line");
+        }
+        items.push((Some(name), start..end + 1));
+        i = end + 1;
+        plain = i;
+    }
+    if plain < lines.len() {
+        items.push((None, plain..lines.len()));
+    }
+    let idents = |text: &str| -> std::collections::HashSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let text_of = |r: &std::ops::Range<usize>| lines[r.clone()].join("\n");
+    let mut called = idents(body);
+    let mut keep = vec![false; items.len()];
+    loop {
+        let mut grew = false;
+        for (k, (name, range)) in items.iter().enumerate() {
+            if let Some(name) = name
+                && !keep[k]
+                && called.contains(*name)
+            {
+                keep[k] = true;
+                called.extend(idents(&text_of(range)));
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(lib.len() + body.len());
+    for (k, (name, range)) in items.iter().enumerate() {
+        if name.is_none() || keep[k] {
+            for line in &lines[range.clone()] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(body);
+    out
 }
 
 macro_rules! scripts {
@@ -38,18 +126,14 @@ macro_rules! scripts {
      data: $($dname:ident => $dfile:literal),+ $(,)?) => {
         $(
             #[doc = concat!("`lua/", $file, "`")]
-            pub static $name: LuaScript = LuaScript::new(
-                $file,
-                include_str!(concat!("../../lua/", $file)),
-                include_str!(concat!("../../lua/", $file)),
-            );
+            pub static $name: LuaScript = LuaScript::new($file, include_str!(concat!("../../lua/", $file)), "");
         )+
         $(
             #[doc = concat!("`lua/", $cfile, "` (after `lua/lib/accounts.lua`)")]
             pub static $cname: LuaScript = LuaScript::new(
                 $cfile,
                 include_str!(concat!("../../lua/", $cfile)),
-                concat!(include_str!("../../lua/lib/accounts.lua"), include_str!(concat!("../../lua/", $cfile))),
+                include_str!("../../lua/lib/accounts.lua"),
             );
         )+
         $(
@@ -57,7 +141,7 @@ macro_rules! scripts {
             pub static $dname: LuaScript = LuaScript::new(
                 $dfile,
                 include_str!(concat!("../../lua/", $dfile)),
-                concat!(include_str!("../../lua/lib/record.lua"), include_str!(concat!("../../lua/", $dfile))),
+                include_str!("../../lua/lib/record.lua"),
             );
         )+
         /// Every script, for loading at start and for tests.
@@ -106,7 +190,7 @@ scripts! {
 /// Loads every script on every primary (SCRIPT LOAD is routed to all nodes).
 pub async fn load_all(conn: &mut redis::cluster_async::ClusterConnection) -> Result<()> {
     for lua in ALL {
-        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(lua.source).query_async(conn).await?;
+        let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(lua.source()).query_async(conn).await?;
         if sha != lua.script().get_hash() {
             return Err(Error::internal(format!(
                 "SCRIPT LOAD of {} returned {sha}, expected {}",
@@ -167,6 +251,31 @@ mod tests {
                 assert!(lua.file_source.contains(section), "{} header lacks {section}", lua.file);
             }
         }
+    }
+
+    #[test]
+    fn a_script_carries_the_library_functions_it_calls_and_no_others() {
+        let lib = "-- lib: header\nlocal X = 1\nlocal function one() return X end\n-- two: calls one\n\
+                   local function two()\n  return one() + 1\nend\n-- unused, and so is its comment\n\
+                   local function three()\n  return 3\nend\nlocal Y = 2\n";
+        let out = with_lib(lib, "return two() + Y\n");
+        assert_eq!(
+            out,
+            "-- lib: header\nlocal X = 1\nlocal function one() return X end\n-- two: calls one\n\
+             local function two()\n  return one() + 1\nend\nlocal Y = 2\nreturn two() + Y\n"
+        );
+        // The write path's scripts: what they call (has_live -> has_state -> locs -> loc_len),
+        // not the rest of lib/record.lua.
+        let start = START_WRITE_CACHE.source();
+        for f in ["has_live", "has_state", "locs", "loc_len", "rec_new", "session_key", "session_loc"] {
+            assert!(start.contains(&format!("local function {f}(")), "start_write_cache lacks {f}");
+        }
+        for f in ["unlink_serving", "drop_deleting", "queue_delete", "usage_add"] {
+            assert!(!start.contains(&format!("local function {f}(")), "start_write_cache carries {f}");
+        }
+        assert!(FINISH_WRITE_CACHE.source().contains("local function queue_delete("));
+        assert!(START_WRITE_CACHE.source().ends_with(START_WRITE_CACHE.file_source));
+        assert!(START_WRITE_CACHE.source().contains("local HDR = 11"), "constants stay");
     }
 
     #[test]

@@ -1,4 +1,4 @@
--- lib/accounts.lua: prepended to the credential scripts (registry_add_account,
+-- lib/accounts.lua: put before the credential scripts (registry_add_account,
 -- registry_delete_account, registry_revoke_api_key) by core/src/scripts.rs.
 
 -- The number of credentials with ROLE_ADMIN in a hash of account or API key JSON records.

@@ -1,5 +1,8 @@
--- lib/record.lua: helpers shared by the data-plane scripts. core/src/scripts.rs prepends this
--- file to each of them (Valkey scripts cannot import), so every script sees the same layout.
+-- lib/record.lua: helpers shared by the data-plane scripts. core/src/scripts.rs puts this file
+-- before each of them (Valkey scripts cannot import), so every script sees the same layout; it
+-- leaves out the functions a script never calls (each is a closure built on every call). A
+-- function starts with `local function NAME(` at the start of a line, its comment right above
+-- it, and ends on that line (` end`) or at the next line that is exactly `end`.
 --
 -- Block record (the value of one field of the instance's `blocks` hash; the field is the block
 -- key as 8 big-endian bytes):

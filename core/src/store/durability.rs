@@ -92,7 +92,7 @@ impl ReplicaAck {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 // A node restarted or was promoted without the script: load it and send again
                 // (NOSCRIPT means the script did not run).
-                let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
+                let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script.source()).query_async(&mut conn).await?;
                 pipe.query_async(&mut conn).await.map_err(first_failure)?
             }
             // A primary demoted between the script and WAIT: a failover, not a bug.

@@ -222,7 +222,7 @@ impl DataPlane {
                 match eval.query_async(&mut conn).await {
                     Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                         let _: String =
-                            redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async(&mut conn).await?;
+                            redis::cmd("SCRIPT").arg("LOAD").arg(script.source()).query_async(&mut conn).await?;
                         eval.query_async(&mut conn).await?
                     }
                     other => other?,
