@@ -48,8 +48,11 @@ impl LuaScript {
 ///
 /// A function starts at a line `local function NAME(` at the start of a line (with the comment
 /// lines right above it) and ends on that line when it ends with ` end`, else at the next line
-/// that is exactly `end`. A name counts as called when it appears as a whole identifier, so a
-/// mention in a comment keeps a function too (never the other way round).
+/// that is exactly `end`; a library that strays from that shape (a top-level line inside a
+/// function, a closing `end` with more on its line) is refused, so a misread can never drop
+/// code silently. A name counts as called when it appears as a whole identifier in the script,
+/// in a kept function or in the library's code outside functions; a mention in a comment keeps
+/// a function too (never the other way round).
 fn with_lib(lib: &str, body: &str) -> String {
     let lines: Vec<&str> = lib.lines().collect();
     // (function name or None for text kept as is, its lines)
@@ -70,7 +73,13 @@ fn with_lib(lib: &str, body: &str) -> String {
         }
         let mut end = i;
         if !lines[i].trim_end().ends_with(" end") {
+            end += 1;
             while end < lines.len() && lines[end] != "end" {
+                let l = lines[end];
+                assert!(
+                    !(l.starts_with("local ") || l.starts_with("end") || l.starts_with("--")),
+                    "lua lib: `{l}` inside function {name}: a function's body is indented and it closes with a line `end`"
+                );
                 end += 1;
             }
             assert!(end < lines.len(), "lua lib: function {name} has no closing `end` line");
@@ -90,6 +99,13 @@ fn with_lib(lib: &str, body: &str) -> String {
     };
     let text_of = |r: &std::ops::Range<usize>| lines[r.clone()].join("\n");
     let mut called = idents(body);
+    for (name, range) in &items {
+        if name.is_none() {
+            let code: Vec<&str> =
+                lines[range.clone()].iter().copied().filter(|l| !l.trim_start().starts_with("--")).collect();
+            called.extend(idents(&code.join("\n")));
+        }
+    }
     let mut keep = vec![false; items.len()];
     loop {
         let mut grew = false;
@@ -274,8 +290,25 @@ mod tests {
             assert!(!start.contains(&format!("local function {f}(")), "start_write_cache carries {f}");
         }
         assert!(FINISH_WRITE_CACHE.source().contains("local function queue_delete("));
+        // Library code outside functions keeps what it calls; every library parses.
+        let out = with_lib("local function f()\n  return 1\nend\nlocal F = f()\n", "return F\n");
+        assert!(out.contains("local function f()"), "{out}");
+        for lua in ALL {
+            assert!(lua.source().ends_with(lua.file_source), "{}", lua.file);
+        }
         assert!(START_WRITE_CACHE.source().ends_with(START_WRITE_CACHE.file_source));
         assert!(START_WRITE_CACHE.source().contains("local HDR = 11"), "constants stay");
+    }
+
+    #[test]
+    fn a_library_it_cannot_read_exactly_is_refused() {
+        for lib in [
+            "local function f()\n  return 1\nend -- f\nlocal function g()\n  return 2\nend\n",
+            "local function f()\n  return 1\nlocal X = 2\nend\n",
+            "local function f()\n  return 1\n",
+        ] {
+            assert!(std::panic::catch_unwind(|| with_lib(lib, "return 1\n")).is_err(), "{lib:?}");
+        }
     }
 
     #[test]
