@@ -19,8 +19,10 @@
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
 --        location bytes of the j-th non-present key. When every key is distinct and has no
 --        record, ARGV[5] is empty and blocks are not packed, every new location is the same
---        bytes, and the reply carries it once: {1, present, loc} (for one key or for all). | {-3, message} (the session id is another
---        request's: the caller draws another id and calls again; never a wire status). Arguments kvcm itself got wrong are an error reply (a bug, never a status).
+--        bytes, and the reply carries it once: {1, present, loc} (for one key or for all).
+--        | {-3, message} (the session id is another request's: the caller draws another id and
+--        calls again; never a wire status). Arguments kvcm itself got wrong are an error reply
+--        (a bug, never a status).
 -- Session record: seq u32 | deadline u32 | count u32 | count x (key 8 bytes | bytes u32 |
 -- location 26 bytes, zero-padded), so finish and expiry can queue a location's deletion even
 -- when a trim or removal took its metadata while the engine was writing.
