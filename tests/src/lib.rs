@@ -584,6 +584,16 @@ impl Fixture {
     }
 
     /// startWriteCache of `keys`; returns the reply.
+    /// The first spec's URI of each location a reply (startWriteCache, getCacheLocation) holds.
+    pub fn first_uris(reply: &Value) -> Vec<String> {
+        reply["locations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["location_specs"][0]["uri"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub async fn start(&self, keys: &[i64]) -> Value {
         let (_, r) = self
             .api

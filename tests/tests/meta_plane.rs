@@ -393,12 +393,7 @@ async fn trim_cache_removes_everything_by_time_or_only_metadata() {
 async fn packed_files_share_one_file_per_run_of_blocks() {
     let fx = Fixture::new(&[("tp0", 100)], 3, json!({})).await;
     let s = fx.start(&[10, 11, 12, 13]).await;
-    let uris: Vec<String> = s["locations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["location_specs"][0]["uri"].as_str().unwrap().to_string())
-        .collect();
+    let uris = Fixture::first_uris(&s);
     assert!(uris[0].ends_with("?blkid=0&size=100") && uris[2].ends_with("?blkid=2&size=100"), "{uris:?}");
     assert_eq!(file_path(&uris[0]), file_path(&uris[2]));
     assert_ne!(file_path(&uris[2]), file_path(&uris[3]));

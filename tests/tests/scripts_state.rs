@@ -308,17 +308,12 @@ async fn a_block_whose_parent_comes_later_in_its_session_is_counted_in_that_pare
 
 #[tokio::test]
 async fn a_session_of_new_blocks_gets_one_location_per_block_from_a_reply_that_carries_it_once() {
-    // Every new location of an unpacked, single-spec-group session is the same bytes: the
+    // Every new location of an unpacked session with no spec groups is the same bytes: the
     // script sends them once and the frontend builds each block's own URIs from them.
     let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
     let keys: Vec<i64> = (1..=5).collect();
     let s = fx.start(&keys).await;
-    let uris: Vec<String> = s["locations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["location_specs"][0]["uri"].as_str().unwrap().to_string())
-        .collect();
+    let uris = Fixture::first_uris(&s);
     assert_eq!(uris.len(), 5, "{s}");
     for (k, uri) in keys.iter().zip(&uris) {
         assert!(uri.contains(&format!("{k:016x}")), "block {k}'s own URI: {uri}");
@@ -328,8 +323,7 @@ async fn a_session_of_new_blocks_gets_one_location_per_block_from_a_reply_that_c
     // Packed blocks' locations differ (each its place in its file): one per block, as before.
     let packed = Fixture::new(&[("tp0", 8)], 4, json!({})).await;
     let s = packed.start(&(1..=6).collect::<Vec<i64>>()).await;
-    let uris: std::collections::BTreeSet<&str> =
-        s["locations"].as_array().unwrap().iter().map(|l| l["location_specs"][0]["uri"].as_str().unwrap()).collect();
+    let uris: std::collections::BTreeSet<String> = Fixture::first_uris(&s).into_iter().collect();
     assert_eq!(uris.len(), 6, "six packed blocks, six places: {s}");
 }
 
