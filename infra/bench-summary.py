@@ -96,7 +96,8 @@ def main(records_path, md_path, json_path):
         f"`make bench` — {machine.get('date', '?')}: {machine.get('cpus', '?')} cores ({machine.get('cpu', '?')}), "
         f"{machine.get('mem_gib', '?')} GiB; load average at start {machine.get('load_start', '?')}, "
         f"at end {end.get('load_end', '?')}. Medians over {t['runs']} throughput runs and "
-        f"{max([l['runs'] for l in s['latency']] or [0])} latency runs.",
+        f"{max([l['runs'] for l in s['latency']] or [0])} latency runs. "
+        f"Valkey allocator: {machine.get('valkey_malloc', 'libc')}.",
         "",
         "| figure | value |",
         "|---|---:|",

@@ -19,7 +19,9 @@
 # BENCH_LATENCY_RUNS (5), BENCH_SECONDS (5, per throughput phase), BENCH_PROMPTS (8192 prompts of
 # 128 blocks = 1M blocks for throughput, as in docs/benchmarks.md), BENCH_BLOCKS (262144, memory),
 # BENCH_TRACE (tests/data/traces/mooncake_synthetic_trace.jsonl), BENCH_SPEEDUP (10),
-# BENCH_SKIP_BUILD=1.
+# BENCH_SKIP_BUILD=1, BENCH_VALKEY_MALLOC (jemalloc: the cluster's nodes run with jemalloc
+# preloaded, as Valkey's default build allocates; libc: the wheel's own build, as the tests run it).
+# The summary names the allocator the run used.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 port="${BENCH_VALKEY_PORT:-7661}"
 runs="${BENCH_RUNS:-3}"
@@ -51,15 +53,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 1' INT TERM
 
-url="$("$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey")"
+malloc="${BENCH_VALKEY_MALLOC:-jemalloc}"
+case "$malloc" in
+  jemalloc)
+    je="$("$KVCM_ROOT/infra/install-jemalloc.sh")"
+    [ -n "$je" ] || die "no jemalloc for the cluster (see above); BENCH_VALKEY_MALLOC=libc runs on the wheel's libc malloc"
+    url="$(LD_PRELOAD="$je" "$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey")"
+    grep -q jemalloc "/proc/$(pgrep -f "valkey-server.*:$port" | head -1)/maps" \
+      || die "the cluster's first node did not load $je"
+    ;;
+  libc) url="$("$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey")" ;;
+  *) die "BENCH_VALKEY_MALLOC must be jemalloc or libc, not $malloc" ;;
+esac
 records="$out/records.jsonl"
 : >"$records"
 log="$out/bench.log"
 : >"$log"
 meta_info() {
-  printf '{"bench":"machine","date":"%s","cpus":%s,"cpu":"%s","mem_gib":%s,"load_start":"%s","runs":%s}\n' \
+  printf '{"bench":"machine","date":"%s","cpus":%s,"cpu":"%s","mem_gib":%s,"load_start":"%s","runs":%s,"valkey_malloc":"%s"}\n' \
     "$(date -u +%Y-%m-%dT%H:%MZ)" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
-    "$(awk '/MemTotal/ {printf "%.0f", $2/1048576}' /proc/meminfo)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$runs" >>"$records"
+    "$(awk '/MemTotal/ {printf "%.0f", $2/1048576}' /proc/meminfo)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$runs" "$malloc" >>"$records"
 }
 meta_info
 bench() { "$bin/kvcm-bench" --valkey "$url" --record "$records" "$@" | tee -a "$log" >&2; }
