@@ -55,8 +55,9 @@ loadtest:
 	@loadtest/k6/run.sh $(SCENARIO) $(K6_ARGS)
 
 ## bench: the whole benchmark set, briefly (~10 min on 2 cores after the build), on a local
-## cluster at BENCH_VALKEY_PORT (7661..7663), release builds, Mooncake's store master side by side;
-## summary in .kvcm/bench/summary.{md,json} (see docs/benchmarks.md, infra/bench.sh)
+## cluster at BENCH_VALKEY_PORT (7661..7663) running on jemalloc (installs libjemalloc2 with apt
+## if missing; BENCH_VALKEY_MALLOC=libc for the wheel's own malloc), release builds, Mooncake's
+## store master side by side; summary in .kvcm/bench/summary.{md,json} (docs/benchmarks.md, infra/bench.sh)
 BENCH_VALKEY_PORT ?= 7661
 bench:
 	@BENCH_VALKEY_PORT=$(BENCH_VALKEY_PORT) infra/bench.sh

@@ -54,17 +54,20 @@ trap cleanup EXIT
 trap 'cleanup; exit 1' INT TERM
 
 malloc="${BENCH_VALKEY_MALLOC:-jemalloc}"
+preload=()
 case "$malloc" in
   jemalloc)
     je="$("$KVCM_ROOT/infra/install-jemalloc.sh")"
     [ -n "$je" ] || die "no jemalloc for the cluster (see above); BENCH_VALKEY_MALLOC=libc runs on the wheel's libc malloc"
-    url="$(LD_PRELOAD="$je" "$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey")"
-    grep -q jemalloc "/proc/$(pgrep -f "valkey-server.*:$port" | head -1)/maps" \
-      || die "the cluster's first node did not load $je"
+    preload=(--preload "$je")
     ;;
-  libc) url="$("$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey")" ;;
+  libc) ;;
   *) die "BENCH_VALKEY_MALLOC must be jemalloc or libc, not $malloc" ;;
 esac
+# A fresh cluster every run: one left by an interrupted run may hold its data, or run on the
+# other allocator.
+"$KVCM_ROOT/infra/valkey-cluster.sh" stop --base-port "$port" --dir "$out/valkey" >/dev/null 2>&1 || true
+url="$("$KVCM_ROOT/infra/valkey-cluster.sh" start --base-port "$port" --dir "$out/valkey" "${preload[@]}")"
 records="$out/records.jsonl"
 : >"$records"
 log="$out/bench.log"

@@ -2,7 +2,7 @@
 # Local Valkey cluster on loopback for development and tests.
 #
 #   infra/valkey-cluster.sh start   [--base-port P] [--primaries N] [--replicas R] [--dir DIR]
-#                                   [--tls [--mtls]] [--auth]
+#                                   [--tls [--mtls]] [--auth] [--preload LIB]
 #   infra/valkey-cluster.sh stop    [--base-port P] [--primaries N] [--replicas R] [--dir DIR]
 #   infra/valkey-cluster.sh status  [--base-port P] ...
 #
@@ -26,6 +26,10 @@
 #         DIR/secrets/token, and an ACL user `kvcm` has the password in DIR/secrets/kvcm.password
 #         (made once, random). Passwords go to the nodes in a config file, never on a command line.
 #
+# --preload LIB  Nodes start with LD_PRELOAD=LIB (the shared library's absolute path), checked in
+#         each node's memory map: `make bench` runs Valkey on jemalloc this way (the wheel is built
+#         with libc malloc; infra/install-jemalloc.sh). Only valkey-server gets it.
+#
 # A cluster started with options is stopped with `stop --dir DIR` (the options are remembered in
 # DIR/mode); `stop` also stops its stunnel. A `start` whose options differ from a running
 # cluster's, or that finds a TLS cluster unhealthy, stops it and starts afresh.
@@ -36,7 +40,7 @@ base="${KVCM_VALKEY_BASE_PORT:-7001}"
 primaries="${KVCM_VALKEY_PRIMARIES:-3}"
 replicas="${KVCM_VALKEY_REPLICAS:-0}"
 dir="${KVCM_VALKEY_DIR:-}"
-tls=0; mtls=0; auth=0
+tls=0; mtls=0; auth=0; preload="${KVCM_VALKEY_PRELOAD:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --base-port) base="$2"; shift 2 ;;
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --tls) tls=1; shift ;;
     --mtls) mtls=1; shift ;;
     --auth) auth=1; shift ;;
+    --preload) preload="$2"; shift 2 ;;
     *) die "unknown option $1 (see the header of $0)" ;;
   esac
 done
@@ -54,12 +59,14 @@ done
 [[ "$replicas" =~ ^[0-9]+$ ]] || die "--replicas must be a number, got '$replicas'"
 [ "$mtls" = 0 ] || [ "$tls" = 1 ] || die "--mtls needs --tls"
 [ "$tls" = 0 ] || [ "$replicas" = 0 ] || die "--tls supports no replicas (they would replicate through the TLS ports)"
+[ -z "$preload" ] || [[ "$preload" =~ ^/[A-Za-z0-9_./+-]+$ && -f "$preload" ]] \
+  || die "--preload needs the absolute path of an existing library, got '$preload'"
 dir="${dir:-$KVCM_HOME/valkey/$base}"
-mode="tls=$tls mtls=$mtls auth=$auth"
+mode="tls=$tls mtls=$mtls auth=$auth${preload:+ preload=$preload}"
 # `stop` and `status` of a cluster started with options use the options it was started with.
 if [ "$cmd" != start ] && [ -f "$dir/mode" ]; then
   eval "$(cat "$dir/mode")"
-  mode="tls=$tls mtls=$mtls auth=$auth"
+  mode="tls=$tls mtls=$mtls auth=$auth${preload:+ preload=$preload}"
 fi
 count=$((primaries * (1 + replicas)))
 # Client-facing ports (TLS ports with --tls) and the ports the nodes listen on.
@@ -245,7 +252,9 @@ start() {
       echo "requirepass $(cat "$token_file")" >>"$conf"
       echo "user kvcm on >$(cat "$dir/secrets/kvcm.password") ~* &* +@all" >>"$conf"
     fi
-    "$VALKEY_BIN/valkey-server" "$conf" --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
+    local pre=()
+    [ -z "$preload" ] || pre=(env "LD_PRELOAD=$preload")
+    "${pre[@]}" "$VALKEY_BIN/valkey-server" "$conf" --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
       --cluster-config-file "$dir/$p/nodes.conf" --dir "$dir/$p" --save "" --appendonly no \
       --daemonize yes --logfile "$dir/$p/valkey.log" --pidfile "$dir/$p/valkey.pid" \
       --cluster-node-timeout 3000 --repl-diskless-sync-delay 0 </dev/null >/dev/null 2>&1 || die "valkey-server on port $p did not start (see $dir/$p/valkey.log)"
@@ -253,6 +262,10 @@ start() {
   for p in "${nodes[@]}"; do
     for _ in $(seq 1 100); do alive "$p" && break; sleep 0.05; done
     alive "$p" || die "valkey-server on port $p does not answer PING (see $dir/$p/valkey.log)"
+    if [ -n "$preload" ]; then
+      grep -qF "$(readlink -f "$preload")" "/proc/$(cat "$dir/$p/valkey.pid")/maps" 2>/dev/null \
+        || die "valkey-server on port $p did not load $preload"
+    fi
   done
   addrs=(); for p in "${nodes[@]}"; do addrs+=("127.0.0.1:$p"); done
   cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes >"$dir/create.log" 2>&1 \
