@@ -11,7 +11,7 @@
 # running but not yet joined are (re)created. It waits for cluster_state:ok (and, with replicas,
 # for every replica's first sync) and prints the seed address (redis://127.0.0.1:P; with
 # replicas every node's, comma separated, as KVCM_VALKEY_URL takes them). Environment: KVCM_VALKEY_BASE_PORT, KVCM_VALKEY_PRIMARIES,
-# KVCM_VALKEY_REPLICAS, KVCM_VALKEY_DIR.
+# KVCM_VALKEY_REPLICAS, KVCM_VALKEY_DIR, KVCM_VALKEY_PRELOAD (as --preload).
 #
 # --tls   Clients reach the cluster over TLS only, through stunnel (the Valkey wheel is built
 #         without TLS): the TLS ports are base-port.., each node listens on loopback right after

@@ -73,7 +73,9 @@ pub struct Adaptive {
     /// its block's (the block was written back, or evicted again later) is stale: skipped.
     ghost: VecDeque<(BlockId, u64)>,
     ghost_seq: Vec<u64>,
+    /// Evictions of shared blocks so far: the number the next ghost entry gets.
     evicted: u64,
+    /// The largest resident count seen, which bounds the ghost.
     peak: usize,
     /// Whether a resident block is the [`LONG_RUN`]-th of its request's run of new blocks or
     /// later.
