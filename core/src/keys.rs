@@ -170,8 +170,13 @@ pub struct InstanceKeys {
     /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (13-byte records:
     /// reporter index, lifecycle epoch, generation, medium id).
     pub engine: String,
-    /// Hash: block key, reporter index, medium id → that engine entry's specs and URIs.
+    /// Hash: block key (8 bytes big-endian) → the specs and URIs of each engine reporter and
+    /// medium holding it (entries: reporter index u32 | medium id u8 | length u32 | specs; see
+    /// `lua/lib/record.lua`).
     pub engine_specs: String,
+    /// The hash that held engine specs before they were kept per block (one field per block,
+    /// reporter and medium): nothing reads it; removing the instance's reports deletes it.
+    pub legacy_engine_specs: String,
 }
 
 impl InstanceKeys {
@@ -195,7 +200,8 @@ impl InstanceKeys {
             evict_last: k("evict_last"),
             reporters: k("reporters"),
             engine: k("engine"),
-            engine_specs: k("engine_specs"),
+            engine_specs: k("especs"),
+            legacy_engine_specs: k("engine_specs"),
             prefix,
         }
     }

@@ -158,3 +158,44 @@ end
 local function queue_delete(K, key, loc, reason)
   redis.call('XADD', K.del, '*', 'k', key, 'l', loc, 'r', reason)
 end
+
+-- Engine-reported specs (`especs` hash of lua/report_event.lua; the field is the block key as
+-- 8 bytes): one entry per (reporter, medium) holding the block,
+--   reporter index u32 | medium id u8 | length u32 | specs (`length` bytes: count u8 |
+--   (name length u8 | name | uri length u16 | uri)*)
+-- in no particular order. SPEC_HDR is the entry header's size.
+local SPEC_HDR = 9
+-- Position of the entry of (idx, mid) in the specs value `v` (nil or false: none), and the length
+-- of its specs; nil when there is none.
+local function spec_at(v, idx, mid)
+  if not v then return nil end
+  local p = 1
+  while p <= #v do
+    local i, m, len = struct.unpack('<I4BI4', v, p)
+    if i == idx and m == mid then return p, len end
+    p = p + SPEC_HDR + len
+  end
+  return nil
+end
+-- The specs of (idx, mid) in `v`, or nil.
+local function spec_get(v, idx, mid)
+  local p, len = spec_at(v, idx, mid)
+  if p then return v:sub(p + SPEC_HDR, p + SPEC_HDR - 1 + len) end
+  return nil
+end
+-- `v` with `entry` (a whole entry, header included) in place of (idx, mid)'s, or appended.
+local function spec_put(v, idx, mid, entry)
+  local p, len = spec_at(v, idx, mid)
+  if not p then return (v or '') .. entry end
+  return v:sub(1, p - 1) .. entry .. v:sub(p + SPEC_HDR + len)
+end
+-- `v` without (idx, mid)'s entry ('' when none is left; nil stays nil).
+local function spec_drop(v, idx, mid)
+  local p, len = spec_at(v, idx, mid)
+  if not p then return v end
+  return v:sub(1, p - 1) .. v:sub(p + SPEC_HDR + len)
+end
+-- One entry: (idx, mid) holding `specs`.
+local function spec_entry(idx, mid, specs)
+  return struct.pack('<I4BI4', idx, mid, #specs) .. specs
+end

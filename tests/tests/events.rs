@@ -76,7 +76,7 @@ fn uri(host: &str, key: i64) -> String {
     format!("event_report://{host}/gpu/{key}?size=4096")
 }
 
-/// Fields in one of the instance's engine hashes (`engine`, `engine_specs`, `reporters`).
+/// Fields in one of the instance's engine hashes (`engine`, `especs`, `reporters`).
 async fn hash_len(api: &Api, inst: &str, name: &str) -> i64 {
     redis::cmd("HLEN").arg(instance_key(&api.namespace, inst, name)).query_async(&mut valkey().await).await.unwrap()
 }
@@ -91,16 +91,33 @@ async fn presence(api: &Api, inst: &str, key: i64) -> Vec<u8> {
         .unwrap()
 }
 
+/// Block `key`'s specs value: its entries, each (reporter index u32 | medium id u8 | specs),
+/// checked to fill the value exactly.
+async fn specs_entries(api: &Api, inst: &str, key: i64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let value: Option<Vec<u8>> = redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "especs"))
+        .arg(&key.to_be_bytes()[..])
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap();
+    let (mut rest, mut out) = (&value.unwrap_or_default()[..], Vec::new());
+    while !rest.is_empty() {
+        assert!(rest.len() >= 9, "a short entry header in block {key}'s specs: {rest:?}");
+        let len = u32::from_le_bytes(rest[5..9].try_into().unwrap()) as usize;
+        assert!(rest.len() >= 9 + len, "a short entry in block {key}'s specs: {rest:?}");
+        out.push((rest[..5].to_vec(), rest[9..9 + len].to_vec()));
+        rest = &rest[9 + len..];
+    }
+    out
+}
+
 /// The stored specs of block `key` under the entry a 13-byte presence `record` names (its
 /// reporter index and medium id), if any.
 async fn stored_specs(api: &Api, inst: &str, key: i64, record: &[u8]) -> Option<Vec<u8>> {
-    let field = [&key.to_be_bytes()[..], &record[..4], &record[12..13]].concat();
-    redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "engine_specs"))
-        .arg(&field[..])
-        .query_async(&mut valkey().await)
-        .await
-        .unwrap()
+    let name = [&record[..4], &record[12..13]].concat();
+    let entries = specs_entries(api, inst, key).await;
+    assert!(entries.iter().filter(|(n, _)| *n == name).count() <= 1, "two entries of one record: {entries:?}");
+    entries.into_iter().find(|(n, _)| *n == name).map(|(_, specs)| specs)
 }
 
 /// The stored specs of a block held by exactly one reporter in one medium.
@@ -108,6 +125,12 @@ async fn only_specs(api: &Api, inst: &str, key: i64) -> Vec<u8> {
     let record = presence(api, inst, key).await;
     assert_eq!(record.len(), 13, "one record: {record:?}");
     stored_specs(api, inst, key, &record).await.expect("specs stored")
+}
+
+/// A specs entry as a prepared batch sends it: reporter index (4 bytes LE) | medium id |
+/// length u32 LE | specs.
+fn entry(idx: &[u8], mid: u8, specs: &[u8]) -> Vec<u8> {
+    [idx, &[mid], &(specs.len() as u32).to_le_bytes(), specs].concat()
 }
 
 /// Specs as stored for one spec `tp0` at `uri`: count u8 | name length u8 | name | uri length
@@ -170,7 +193,7 @@ async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
     assert_eq!(hash_len(api, inst, "engine").await, 4, "one field per reported block");
     // removeInstance drops what engines reported with the instance.
     assert_ok(&api.admin("removeInstance", json!({"instance_id": inst})).await);
-    for name in ["engine", "engine_specs", "reporters"] {
+    for name in ["engine", "especs", "engine_specs", "reporters"] {
         let exists: i64 =
             redis::cmd("EXISTS").arg(instance_key(&api.namespace, inst, name)).query_async(&mut c).await.unwrap();
         assert_eq!(exists, 0, "{name} after removeInstance");
@@ -220,11 +243,13 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     assert_eq!(r["committed_snapshot_version"], json!(""), "a new lifecycle has no generation: {r}");
     assert!(hosts(api, inst, &[2], &[]).await.is_empty(), "nothing from before HOST_DOWN comes back");
     // Writing block 2 again drops the record of the old lifecycle, and its specs: one 13-byte
-    // presence record is left, and one specs field in the whole instance.
+    // presence record is left, and one specs entry in the whole instance.
     let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(presence(api, inst, 2).await.len(), 13);
-    assert_eq!(hash_len(api, inst, "engine_specs").await, 1);
+    assert_eq!(hash_len(api, inst, "especs").await, 1);
+    assert_eq!(specs_entries(api, inst, 2).await.len(), 1);
+    assert_eq!(only_specs(api, inst, 2).await, tp0_specs("x://z"));
     assert_eq!(hosts(api, inst, &[2], &[]).await, vec![("h:1".into(), 1, 0, 1)]);
 }
 
@@ -413,6 +438,9 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
         }
     };
     let both = bytes(&c).await;
+    // Specs as kvcm kept them before they were kept per block: the worker deletes them.
+    let legacy = instance_key(&api.namespace, inst, "engine_specs");
+    let _: () = redis::cmd("HSET").arg(&legacy).arg("old field").arg("x").query_async(&mut c.clone()).await.unwrap();
     let worker = WorkerProc::start(&api.namespace, &[]);
     let collected = eventually(std::time::Duration::from_secs(20), || {
         let fut = bytes(&c);
@@ -421,6 +449,13 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     .await;
     assert!(collected.is_some(), "a's entries were not collected ({both} bytes for both)");
     assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("b:1".into(), 50, 0, 50)], "b's entries stay");
+    for k in [1, 25, 50] {
+        let entries = specs_entries(api, inst, k).await;
+        assert_eq!(entries.len(), 1, "block {k} keeps b's specs alone: {entries:?}");
+        assert_eq!(entries[0].1, tp0_specs(&uri("b:1", k)), "block {k}");
+    }
+    let exists: i64 = redis::cmd("EXISTS").arg(&legacy).query_async(&mut c.clone()).await.unwrap();
+    assert_eq!(exists, 0, "the old specs hash stays");
     // b goes down too: every block empties and its field goes.
     assert_eq!(code(&report(api, inst, l1, "b:1", vec![down]).await), "OK");
     let gone = eventually(std::time::Duration::from_secs(20), || {
@@ -433,7 +468,7 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     })
     .await;
     assert!(gone.is_some(), "blocks without live entries stay");
-    assert_eq!(hash_len(api, inst, "engine_specs").await, 0, "specs of collected entries stay");
+    assert_eq!(hash_len(api, inst, "especs").await, 0, "specs of collected entries stay");
     assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
 }
 
@@ -1224,7 +1259,7 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .script()
         .key(key("reporters"))
         .key(key("engine"))
-        .key(key("engine_specs"))
+        .key(key("especs"))
         .arg("L1P5|m:1")
         .arg("300000")
         .arg("0")
@@ -1234,8 +1269,8 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .arg(&block[..])
         .arg(&block2[..])
         .arg(&[2u8, 1][..])
-        .arg(tp0_specs("x://50"))
-        .arg(tp0_specs("x://51"))
+        .arg(entry(&record[1..5], 2, &tp0_specs("x://50")))
+        .arg(entry(&record[1..5], 1, &tp0_specs("x://51")))
         .invoke_async(&mut valkey().await)
         .await
         .unwrap();
