@@ -19,12 +19,13 @@
 //! them with the checked-in files, so such an error never reaches a server.
 
 use crate::auth::Caller;
-use crate::reply::{Fields, Reply, WireJson};
+use crate::reply::{Fields, Reply, WireBody, WireJson};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::State;
 use axum::handler::Handler;
 use axum::http::header::CONTENT_TYPE;
+use axum::response::Response as HttpResponse;
 use axum::routing::{MethodRouter, get, post};
 use bytes::Bytes;
 use kvcm_core::wire::Header;
@@ -97,6 +98,17 @@ impl<F, Fut, Req, Resp> Signature<(State<AppState>, Caller, WireJson<Req>)> for 
 where
     F: FnOnce(State<AppState>, Caller, WireJson<Req>) -> Fut,
     Fut: Future<Output = Reply<Resp>>,
+    Req: ToSchema,
+    Resp: ToSchema + Fields + Default,
+{
+    type Request = Req;
+    type Response = Resp;
+}
+
+impl<F, Fut, Req, Resp> Signature<(State<AppState>, Caller, WireBody<Req>)> for F
+where
+    F: FnOnce(State<AppState>, Caller, WireBody<Req>) -> Fut,
+    Fut: Future<Output = Result<Reply<Resp>, HttpResponse>>,
     Req: ToSchema,
     Resp: ToSchema + Fields + Default,
 {

@@ -11,8 +11,8 @@ use axum::http::StatusCode as Http;
 use axum::response::{IntoResponse, Response};
 use kvcm_core::Error;
 use kvcm_core::wire::{Header, Status, StatusCode};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
@@ -22,6 +22,38 @@ use utoipa::{PartialSchema, ToSchema};
 pub struct WireJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for WireJson<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = WireBody::<T>::from_request(req, state).await?;
+        body.decode().map(WireJson)
+    }
+}
+
+/// A request body checked as [`WireJson`] checks it (its size, a JSON object) and decoded by the
+/// handler ([`WireBody::decode`]), so that the message may borrow from the body — a large
+/// reportEvent's strings ([`kvcm_core::wire::meta::ReportEventBody`]). `Req` is the message the
+/// OpenAPI description names.
+#[derive(Debug)]
+pub struct WireBody<Req> {
+    bytes: Bytes,
+    message: PhantomData<fn() -> Req>,
+}
+
+impl<Req> WireBody<Req> {
+    /// The body as `T`, or the reply [`WireJson`] gives a body that is not one (HTTP 400).
+    pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> Result<T, Response> {
+        serde_json::from_slice::<T>(&self.bytes).map_err(|e| {
+            error_response(
+                Http::BAD_REQUEST,
+                StatusCode::INVALID_ARGUMENT,
+                format!("request body is not valid JSON for this RPC: {e}"),
+            )
+        })
+    }
+}
+
+impl<S: Send + Sync, Req> FromRequest<S> for WireBody<Req> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -46,14 +78,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for WireJson<T> {
                 "request body is not valid JSON for this RPC: it must be a JSON object ({…})".into(),
             ));
         }
-        match serde_json::from_slice::<T>(&bytes) {
-            Ok(v) => Ok(WireJson(v)),
-            Err(e) => Err(error_response(
-                Http::BAD_REQUEST,
-                StatusCode::INVALID_ARGUMENT,
-                format!("request body is not valid JSON for this RPC: {e}"),
-            )),
-        }
+        Ok(WireBody { bytes, message: PhantomData })
     }
 }
 

@@ -862,6 +862,62 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
 /// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
 /// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
 /// a host gone takes its blocks out of answers at once; getCacheLocationLen counts the same.
+/// reportEvent's body is decoded borrowing its strings where JSON allows: strings with escapes,
+/// a null list, a batch large enough to be prepared, and bodies of the wrong types still
+/// answer as every other RPC's do.
+#[tokio::test]
+async fn report_bodies_with_escapes_nulls_and_wrong_types_decode_as_any_message() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let post = |body: String| async move { api.post(&api.meta, "reportEvent", body, None).await };
+    // Escapes in the host, the medium, the key and the URI of a single add and of a prepared
+    // batch of 70: stored as their unescaped text.
+    let add = |k: i64| {
+        format!(
+            r#"{{"event_type": "EVENT_BLOCK_ADD", "block_add": {{"block_key": "{k}\u0030", "medium": "g\u0070u",
+               "uri": "", "specs": [{{"name": "tp\u0030", "uri": "x:\/\/e\"{k}"}}]}}}}"#
+        )
+    };
+    let body = |keys: std::ops::Range<i64>| {
+        let events: Vec<String> =
+            std::iter::once(r#"{"event_type": "EVENT_HEARTBEAT", "heartbeat": {"system_status": null}}"#.to_string())
+                .chain(keys.map(add))
+                .collect();
+        format!(
+            r#"{{"instance_id": "{inst}", "host_ip_port": "h\u003a1", "storage_type": "ST_EVENT_REPORT_L1P5",
+               "trace_id": "t\u0031", "events": [{}]}}"#,
+            events.join(",")
+        )
+    };
+    let (http, r) = post(body(1..2)).await;
+    assert_eq!((http, code(&r)), (200, "OK"), "{r}");
+    let before = api.metric("kvcm_engine_blocks_prepared_total").await;
+    let (http, r) = post(body(100..170)).await;
+    assert_eq!((http, code(&r)), (200, "OK"), "{r}");
+    assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await - before, 70.0, "the batch was prepared");
+    for k in [10, 1000, 1690] {
+        assert_eq!(hosts(api, inst, &[k], &["gpu"]).await, vec![("h:1".into(), 1, 0, 1)], "block {k}");
+        assert_eq!(only_specs(api, inst, k).await, tp0_specs(&format!("x://e\"{}", k / 10)), "block {k}");
+    }
+    // Wrong types: HTTP 400 and INVALID_ARGUMENT, as WireJson answers; nothing stored.
+    for bad in [
+        format!(
+            r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "events": [{{"event_type": 2, "block_add": {{"block_key": 5}}}}]}}"#
+        ),
+        format!(r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "events": {{}}}}"#),
+        format!(r#"{{"instance_id": 7, "host_ip_port": "h:1"}}"#),
+        format!(
+            r#"{{"instance_id": "{inst}", "events": [{{"event_type": "EVENT_BLOCK_ADD", "block_add": {{"uri": 3}}}}]}}"#
+        ),
+        "[]".to_string(),
+    ] {
+        let (http, r) = post(bad.clone()).await;
+        assert_eq!((http, code(&r)), (400, "INVALID_ARGUMENT"), "{bad}: {r}");
+        assert!(message(&r).contains("not valid JSON for this RPC"), "{bad}: {r}");
+    }
+    assert_eq!(hash_len(api, inst, "engine").await, 71);
+}
+
 #[tokio::test]
 async fn get_cache_location_answers_live_engine_held_blocks_by_tairs_visibility_rules() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;

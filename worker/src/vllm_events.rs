@@ -386,7 +386,7 @@ async fn report(w: &Worker, e: &Engine, inst: &InstanceInfo, items: Vec<EventIte
             e.storage_type,
             w.config.report_settings(),
         )?;
-        let out = data.report_event(inst, &req, settings, limits).await?;
+        let out = data.report_event(inst, &req.body(), settings, limits).await?;
         for (i, code) in out.codes.iter().enumerate().filter(|(_, c)| **c != StatusCode::OK) {
             let why = out.reasons.get(i).cloned().flatten().unwrap_or_default();
             let kind = req.events[i].event_type;

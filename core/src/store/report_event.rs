@@ -17,7 +17,7 @@ use crate::limits::Limits;
 use crate::scripts;
 use crate::wire::StatusCode;
 use crate::wire::common::{LocationSpec, StorageType};
-use crate::wire::meta::{EventItem, ReportEventRequest, ReportEventType};
+use crate::wire::meta::{EventRef, ReportEventBody, ReportEventType, SpecRef};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -196,11 +196,11 @@ fn medium(value: &str) -> std::result::Result<(), String> {
 /// names unique, URIs with a
 /// scheme (letters, digits, `+-._`: Tair's own `event_report://` has an underscore) and without
 /// `s_version` (kvcm adds the generation itself).
-fn block_with_specs(
+fn block_with_specs<S: NameUri>(
     prefix: &[u8],
     key: &str,
     med: &str,
-    specs: &[LocationSpec],
+    specs: &[S],
     names: &[&str],
 ) -> std::result::Result<Vec<u8>, String> {
     let key = block_key(key)?;
@@ -211,7 +211,7 @@ fn block_with_specs(
     if specs.len() > MAX_SPECS {
         return Err(format!("specs has {} entries; at most {MAX_SPECS} are accepted", specs.len()));
     }
-    let size = specs.iter().map(|s| 3 + s.name.len() + s.uri.len()).sum::<usize>();
+    let size = specs.iter().map(|s| 3 + s.name().len() + s.uri().len()).sum::<usize>();
     let mut out = Vec::with_capacity(prefix.len() + 10 + med.len() + size);
     out.extend_from_slice(prefix);
     out.extend_from_slice(&key);
@@ -222,35 +222,58 @@ fn block_with_specs(
     // ones, more through a set (never quadratic in MAX_SPECS).
     let mut seen = std::collections::HashSet::new();
     for (i, spec) in specs.iter().enumerate() {
-        text("spec name", &spec.name, MAX_SPEC_NAME_BYTES)?;
-        spec_name(&spec.name, names)?;
-        let twice = if specs.len() <= 8 {
-            specs[..i].iter().any(|earlier| earlier.name == spec.name)
-        } else {
-            !seen.insert(spec.name.as_str())
-        };
+        let (name, uri) = (spec.name(), spec.uri());
+        text("spec name", name, MAX_SPEC_NAME_BYTES)?;
+        spec_name(name, names)?;
+        let twice =
+            if specs.len() <= 8 { specs[..i].iter().any(|earlier| earlier.name() == name) } else { !seen.insert(name) };
         if twice {
-            return Err(format!("spec '{}' appears twice; spec names must be unique", spec.name));
+            return Err(format!("spec '{name}' appears twice; spec names must be unique"));
         }
-        text("uri", &spec.uri, MAX_URI_BYTES)?;
-        let scheme_ok = spec.uri.split_once("://").is_some_and(|(scheme, rest)| {
+        text("uri", uri, MAX_URI_BYTES)?;
+        let scheme_ok = uri.split_once("://").is_some_and(|(scheme, rest)| {
             !scheme.is_empty()
                 && !rest.is_empty()
                 && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-._".contains(c))
         });
-        if !scheme_ok || spec.uri.contains(' ') {
-            return Err(format!("uri '{}' of spec '{}' is not a URI (scheme://…)", spec.uri.escape_debug(), spec.name));
+        if !scheme_ok || uri.contains(' ') {
+            return Err(format!("uri '{}' of spec '{name}' is not a URI (scheme://…)", uri.escape_debug()));
         }
-        let query = spec.uri.split_once('?').map_or("", |(_, q)| q);
+        let query = uri.split_once('?').map_or("", |(_, q)| q);
         if query.split('&').any(|p| p == "s_version" || p.starts_with("s_version=")) {
-            return Err(format!("uri of spec '{}' carries s_version; kvcm adds it, leave it out", spec.name));
+            return Err(format!("uri of spec '{name}' carries s_version; kvcm adds it, leave it out"));
         }
-        out.push(spec.name.len() as u8);
-        out.extend_from_slice(spec.name.as_bytes());
-        out.extend_from_slice(&(spec.uri.len() as u16).to_le_bytes());
-        out.extend_from_slice(spec.uri.as_bytes());
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(uri.len() as u16).to_le_bytes());
+        out.extend_from_slice(uri.as_bytes());
     }
     Ok(out)
+}
+
+/// A spec as the encoder reads it: borrowed from a request body (adds) or owned (snapshot
+/// items).
+trait NameUri {
+    fn name(&self) -> &str;
+    fn uri(&self) -> &str;
+}
+
+impl NameUri for LocationSpec {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
+impl NameUri for SpecRef<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn uri(&self) -> &str {
+        &self.uri
+    }
 }
 
 /// A spec name of the instance (its `location_spec_infos`), as in Tair: what a reporter holds
@@ -267,7 +290,7 @@ fn spec_name(name: &str, names: &[&str]) -> std::result::Result<(), String> {
 }
 
 /// Checks one item and encodes it.
-fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Result<Encoded, String> {
+fn encode(item: &EventRef, limits: &Limits, names: &[&str]) -> std::result::Result<Encoded, String> {
     use ReportEventType as T;
     let set = [
         ("node_register", item.node_register.is_some(), T::EVENT_NODE_REGISTER),
@@ -369,7 +392,7 @@ fn encode(item: &EventItem, limits: &Limits, names: &[&str]) -> std::result::Res
 
 /// Request-level rules, checked before anything is written: at most one snapshot, never with
 /// block adds or deletes; HOST_DOWN alone.
-fn composition(events: &[EventItem]) -> Result<()> {
+fn composition(events: &[EventRef]) -> Result<()> {
     let count = |t: ReportEventType| events.iter().filter(|e| e.event_type == t).count();
     let snapshots = count(ReportEventType::EVENT_BLOCK_SNAPSHOT);
     if snapshots > 1 {
@@ -391,7 +414,7 @@ impl DataPlane {
     pub async fn report_event(
         &self,
         inst: &crate::wire::InstanceInfo,
-        req: &ReportEventRequest,
+        req: &ReportEventBody<'_>,
         settings: ReportSettings,
         limits: &Limits,
     ) -> Result<ReportOutcome> {

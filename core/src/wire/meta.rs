@@ -23,6 +23,7 @@ use super::codec::{Int64, int64_vec, null_default};
 use super::common::{CacheLocation, WireBlockMask};
 use crate::store::get_cache_location::QueryType;
 use crate::store::trim_cache::TrimStrategy;
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
@@ -350,6 +351,102 @@ pub struct ReportEventRequest {
     pub events: Vec<EventItem>,
     /// `ST_EVENT_REPORT_L1P5` or `ST_EVENT_REPORT_L2`.
     pub storage_type: super::common::StorageType,
+}
+
+/// [`ReportEventRequest`] as the HTTP handler decodes it: the strings of block adds — nearly all
+/// of a large request — borrowed from the request body where JSON allows (no escapes), so
+/// decoding 20,000 adds allocates two small blocks per add rather than six and frees them as
+/// cheaply (docs/benchmarks.md, "Specs kept per block"). Accepts exactly what
+/// [`ReportEventRequest`] accepts; the other payloads, rare, are decoded as their owned types.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ReportEventBody<'a> {
+    #[serde(borrow)]
+    pub trace_id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub instance_id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub host_ip_port: Cow<'a, str>,
+    #[serde(borrow, deserialize_with = "null_default")]
+    pub events: Vec<EventRef<'a>>,
+    pub storage_type: super::common::StorageType,
+}
+
+/// [`EventItem`] in a [`ReportEventBody`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EventRef<'a> {
+    pub event_type: ReportEventType,
+    pub node_register: Option<Box<NodeRegisterEventParams>>,
+    #[serde(borrow)]
+    pub block_add: Option<Box<BlockAddRef<'a>>>,
+    pub block_delete: Option<Box<BlockDeleteEventParams>>,
+    pub host_down: Option<HostDownEventParams>,
+    pub heartbeat: Option<Box<HeartbeatEventParams>>,
+    pub block_snapshot: Option<Box<BlockSnapshotEventParams>>,
+}
+
+/// [`BlockAddEventParams`] in a [`ReportEventBody`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct BlockAddRef<'a> {
+    #[serde(borrow)]
+    pub block_key: Cow<'a, str>,
+    /// Deprecated in Tair, ignored.
+    #[serde(borrow)]
+    pub uri: Cow<'a, str>,
+    #[serde(borrow)]
+    pub medium: Cow<'a, str>,
+    #[serde(borrow, deserialize_with = "null_default")]
+    pub specs: Vec<SpecRef<'a>>,
+}
+
+/// [`super::common::LocationSpec`] in a [`ReportEventBody`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SpecRef<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    #[serde(borrow)]
+    pub uri: Cow<'a, str>,
+}
+
+impl ReportEventRequest {
+    /// The request as [`ReportEventBody`], borrowing its strings (for callers that build the
+    /// owned request, as the worker's vLLM ingestion does).
+    pub fn body(&self) -> ReportEventBody<'_> {
+        let events = self
+            .events
+            .iter()
+            .map(|e| EventRef {
+                event_type: e.event_type,
+                node_register: e.node_register.clone(),
+                block_add: e.block_add.as_ref().map(|a| {
+                    Box::new(BlockAddRef {
+                        block_key: Cow::Borrowed(&a.block_key),
+                        uri: Cow::Borrowed(&a.uri),
+                        medium: Cow::Borrowed(&a.medium),
+                        specs: a
+                            .specs
+                            .iter()
+                            .map(|s| SpecRef { name: Cow::Borrowed(&s.name), uri: Cow::Borrowed(&s.uri) })
+                            .collect(),
+                    })
+                }),
+                block_delete: e.block_delete.clone(),
+                host_down: e.host_down.clone(),
+                heartbeat: e.heartbeat.clone(),
+                block_snapshot: e.block_snapshot.clone(),
+            })
+            .collect();
+        ReportEventBody {
+            trace_id: Cow::Borrowed(&self.trace_id),
+            instance_id: Cow::Borrowed(&self.instance_id),
+            host_ip_port: Cow::Borrowed(&self.host_ip_port),
+            events,
+            storage_type: self.storage_type,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
