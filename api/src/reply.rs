@@ -42,6 +42,8 @@ pub struct WireBody<Req> {
 
 impl<Req> WireBody<Req> {
     /// The body as `T`, or the reply [`WireJson`] gives a body that is not one (HTTP 400).
+    // The error is the reply itself, returned as the handler's (as a rejection is).
+    #[allow(clippy::result_large_err)]
     pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> Result<T, Response> {
         serde_json::from_slice::<T>(&self.bytes).map_err(|e| {
             error_response(
