@@ -905,7 +905,7 @@ async fn report_bodies_with_escapes_nulls_and_wrong_types_decode_as_any_message(
             r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "events": [{{"event_type": 2, "block_add": {{"block_key": 5}}}}]}}"#
         ),
         format!(r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "events": {{}}}}"#),
-        format!(r#"{{"instance_id": 7, "host_ip_port": "h:1"}}"#),
+        r#"{"instance_id": 7, "host_ip_port": "h:1"}"#.to_string(),
         format!(
             r#"{{"instance_id": "{inst}", "events": [{{"event_type": "EVENT_BLOCK_ADD", "block_add": {{"uri": 3}}}}]}}"#
         ),
