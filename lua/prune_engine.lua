@@ -6,7 +6,8 @@
 --
 -- KEYS[1] reporters  (see lua/report_event.lua for all three)
 -- KEYS[2] engine     presence records
--- KEYS[3] especs     one value per block, an entry per record (lua/lib/record.lua, `spec_at`)
+-- KEYS[3] especs     specs: a value per block with up to SPEC_INLINE records' entries, a field
+--                    of its own for each other record's (lua/lib/record.lua)
 -- ARGV[1] cleanup grace, ms
 -- ARGV[2..] block keys (8 bytes)
 --
@@ -38,7 +39,7 @@ for i = 2, #ARGV do
   local key = ARGV[i]
   local raw = redis.call('HGET', ENG, key)
   if raw then
-    local keep, gone = {}, 0
+    local keep, gone, fields = {}, 0, {}
     local specs
     for p = 1, #raw - 12, 13 do
       local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', raw, p)
@@ -46,12 +47,17 @@ for i = 2, #ARGV do
         keep[#keep + 1] = raw:sub(p, p + 12)
       else
         if gone == 0 then specs = redis.call('HGET', SPC, key) end
-        specs = spec_drop(specs, idx, mid)
+        if spec_at(specs, idx, mid) then
+          specs = spec_drop(specs, idx, mid)
+        else
+          fields[#fields + 1] = spec_field(key, idx, mid)
+        end
         gone = gone + 1
       end
     end
     if gone > 0 then
       dropped = dropped + gone
+      if #fields > 0 then redis.call('HDEL', SPC, unpack(fields)) end
       if specs and specs ~= '' then
         redis.call('HSET', SPC, key, specs)
       else

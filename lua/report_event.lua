@@ -124,11 +124,13 @@ end
 
 -- Presence of each touched block: its value in `engine` (records of 13 bytes: idx u32 | epoch
 -- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
--- place and written back once. Specs live apart, in `especs` (one value per block, an entry
--- per record): `spv` holds each touched block's value as this request leaves it (false: none),
--- read once (prefetched with the presence, or on first use), written back once if `sdirty`.
+-- place and written back once. Specs live apart, in `especs` (lua/lib/record.lua: a value per
+-- block with the entries of up to SPEC_INLINE records, a field of its own for each other):
+-- `spv` holds each touched block's value as this request leaves it (false: none), read once
+-- (prefetched with the presence, or on first use), written back once if `sdirty`; `fset` and
+-- `fdel` the own fields this request sets and deletes.
 local pres, pdirty, had = {}, {}, {}
-local spv, sdirty = {}, {}
+local spv, sdirty, fset, fdel = {}, {}, {}, {}
 -- This reporter's record for a medium, built once per (lifecycle, generation, medium) rather
 -- than per block.
 local recs, r_idx, r_epoch, r_gen = {}, -1, -1, -1
@@ -152,15 +154,32 @@ local function specs_of(key)
   end
   return v or nil
 end
--- Sets (specs given) or drops (nil) the entry of (idx, mid) in a block's `especs` value.
+-- (idx, mid)'s specs on `key` as this request has them (nil: none): in the block's value, else
+-- in their own field.
+local function specs_in(key, idx, mid)
+  local s = spec_get(specs_of(key), idx, mid)
+  if s then return s end
+  local f = spec_field(key, idx, mid)
+  if fdel[f] then return nil end
+  return fset[f] or redis.call('HGET', SPC, f) or nil
+end
+-- Sets (specs given) or drops (nil) (idx, mid)'s specs on `key`: in the block's value if they
+-- are there or it has room (then their own field goes, if any), else in their own field.
 local function set_specs(key, idx, mid, specs)
   local v = specs_of(key)
-  if specs then
-    spv[key] = spec_put(v, idx, mid, spec_entry(idx, mid, specs))
-  elseif v then
-    spv[key] = spec_drop(v, idx, mid)
+  local f = spec_field(key, idx, mid)
+  if spec_at(v, idx, mid) then
+    spv[key] = specs and spec_put(v, idx, mid, spec_entry(idx, mid, specs)) or spec_drop(v, idx, mid)
+    sdirty[key] = true
+  elseif specs and spec_count(v) < SPEC_INLINE then
+    spv[key] = (v or '') .. spec_entry(idx, mid, specs)
+    sdirty[key] = true
+    fset[f], fdel[f] = nil, true
+  elseif specs then
+    fset[f], fdel[f] = specs, nil
+  else
+    fset[f], fdel[f] = nil, true
   end
-  sdirty[key] = true
 end
 -- The medium's id (instance-wide, 1..255), created if new; nil when all 255 are taken.
 local mids = {}
@@ -207,7 +226,7 @@ local function encode_specs(list)
 end
 -- This reporter's specs for medium `mid` on `key`, as this request has them (nil: none).
 local function own_specs(key, mid)
-  return spec_get(specs_of(key), rep.idx, mid)
+  return specs_in(key, rep.idx, mid)
 end
 -- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
 -- merged by name into what the current lifecycle reported before.
@@ -324,6 +343,11 @@ local function flush()
       sdels[#sdels + 1] = key
     end
   end
+  for f, specs in pairs(fset) do
+    ssets[#ssets + 1] = f
+    ssets[#ssets + 1] = specs
+  end
+  for f in pairs(fdel) do sdels[#sdels + 1] = f end
   for c = 1, #psets, 1000 do redis.call('HSET', ENG, unpack(psets, c, math.min(c + 999, #psets))) end
   for c = 1, #pdels, 1000 do redis.call('HDEL', ENG, unpack(pdels, c, math.min(c + 999, #pdels))) end
   for c = 1, #ssets, 1000 do redis.call('HSET', SPC, unpack(ssets, c, math.min(c + 999, #ssets))) end
@@ -332,8 +356,8 @@ end
 -- What `put` and `flush` make of a block whose stored value `v` gets this reporter's record for
 -- medium `mid`: {value = the new value (the records that can still be visible, in order, with
 -- this reporter's new record where its old one for `mid` was, current or not, or else
--- appended), dropped = the (idx, medium id) of the records that cannot, as a flat list, own =
--- whether that old record is current (then this holds only when the stored specs
+-- appended), dropped = the (idx, medium id) of the records that cannot, as a flat list, had =
+-- whether there was such an old record, own = whether it is current (then this holds only when the stored specs
 -- are the ones sent; otherwise the single-add path, which merges them)}; false when the block
 -- has no room for one more record or is not what `put` expects. Worked out once per (value,
 -- medium): the blocks of a prefix held by the same reporters share it.
@@ -369,7 +393,8 @@ local function appended(v, mid)
       end
     end
     if ok and (at or #v < 13 * 256) then
-      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped, own = own}
+      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped, own = own,
+             had = at ~= nil}
     end
   end
   known[mid] = out
@@ -599,15 +624,30 @@ while i <= #ARGV do
             spc[#spc + 1], spc[#spc + 2] = key, entry
             codes[#codes + 1] = 1
             prepared = prepared + 1
-          elseif o and (not o.own or sv == entry or spec_get(sv, rep.idx, mid) == entry:sub(SPEC_HDR + 1)) then
+          elseif o and (not o.had or spec_at(sv, rep.idx, mid))
+              and (not o.own or sv == entry or spec_get(sv, rep.idx, mid) == entry:sub(SPEC_HDR + 1)) then
             -- What the single-add path makes of it, worked out once per (stored value, medium):
             -- this reporter's record and specs set (a re-add of the same specs keeps them; when
             -- the new value is the stored one, nothing is written), the specs of the records
-            -- that cannot be visible any more dropped.
+            -- that cannot be visible any more dropped. (An old record of this reporter's whose
+            -- specs have a field of their own takes the single-add path.)
             if o.value ~= v then eng[#eng + 1], eng[#eng + 2] = key, o.value end
             local nv = sv
-            for d = 1, #o.dropped, 2 do nv = spec_drop(nv, o.dropped[d], o.dropped[d + 1]) end
-            if not o.own then nv = spec_put(nv, rep.idx, mid, entry) end
+            for d = 1, #o.dropped, 2 do
+              local idx, m = o.dropped[d], o.dropped[d + 1]
+              if spec_at(nv, idx, m) then
+                nv = spec_drop(nv, idx, m)
+              else
+                gone[#gone + 1] = spec_field(key, idx, m)
+              end
+            end
+            if not o.own then
+              if o.had or spec_count(nv) < SPEC_INLINE then
+                nv = spec_put(nv, rep.idx, mid, entry)
+              else
+                spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), entry:sub(SPEC_HDR + 1)
+              end
+            end
             if nv ~= sv then
               if nv and nv ~= '' then
                 spc[#spc + 1], spc[#spc + 2] = key, nv
@@ -628,7 +668,7 @@ while i <= #ARGV do
         end
         if #eng > 0 then redis.call('HSET', ENG, unpack(eng)) end
         if #spc > 0 then redis.call('HSET', SPC, unpack(spc)) end
-        if #gone > 0 then redis.call('HDEL', SPC, unpack(gone)) end
+        for g = 1, #gone, 1000 do redis.call('HDEL', SPC, unpack(gone, g, math.min(g + 999, #gone))) end
       end
     end
     i = i + 2 * count + 1

@@ -170,9 +170,10 @@ pub struct InstanceKeys {
     /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (13-byte records:
     /// reporter index, lifecycle epoch, generation, medium id).
     pub engine: String,
-    /// Hash: block key (8 bytes big-endian) → the specs and URIs of each engine reporter and
-    /// medium holding it (entries: reporter index u32 | medium id u8 | length u32 | specs; see
-    /// `lua/lib/record.lua`).
+    /// Hash: block key (8 bytes big-endian) → the specs and URIs of up to 4 engine reporters and
+    /// media holding it (entries: reporter index u32 | medium id u8 | length u32 | specs); a
+    /// holder added while that value was full has a field of its own (block key, reporter
+    /// index u32, medium id u8 → its specs). See `lua/lib/record.lua`.
     pub engine_specs: String,
     /// The hash that held engine specs before they were kept per block (one field per block,
     /// reporter and medium): nothing reads it; removing the instance's reports deletes it.

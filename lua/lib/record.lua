@@ -159,12 +159,17 @@ local function queue_delete(K, key, loc, reason)
   redis.call('XADD', K.del, '*', 'k', key, 'l', loc, 'r', reason)
 end
 
--- Engine-reported specs (`especs` hash of lua/report_event.lua; the field is the block key as
--- 8 bytes): one entry per (reporter, medium) holding the block,
+-- Engine-reported specs (`especs` hash of lua/report_event.lua). The field named by the block key
+-- (8 bytes) holds the entries of up to SPEC_INLINE (reporter, medium) pairs holding the block,
 --   reporter index u32 | medium id u8 | length u32 | specs (`length` bytes: count u8 |
 --   (name length u8 | name | uri length u16 | uri)*)
--- in no particular order. SPEC_HDR is the entry header's size.
+-- in no particular order; a pair added while that value was full has a field of its own, named
+-- block key .. reporter index u32 .. medium id u8, holding its specs alone. Each pair's specs are
+-- in exactly one of the two places, found in the block's value first. So a new block's specs are
+-- stored under its key as sent, and a read of a block held by many reporters fetches at most
+-- SPEC_INLINE entries besides the one it wants. SPEC_HDR is the entry header's size.
 local SPEC_HDR = 9
+local SPEC_INLINE = 4
 -- Position of the entry of (idx, mid) in the specs value `v` (nil or false: none), and the length
 -- of its specs; nil when there is none.
 local function spec_at(v, idx, mid)
@@ -182,6 +187,19 @@ local function spec_get(v, idx, mid)
   local p, len = spec_at(v, idx, mid)
   if p then return v:sub(p + SPEC_HDR, p + SPEC_HDR - 1 + len) end
   return nil
+end
+-- The number of entries in `v`.
+local function spec_count(v)
+  local n, p = 0, 1
+  while v and p <= #v do
+    n = n + 1
+    p = p + SPEC_HDR + struct.unpack('<I4', v, p + 5)
+  end
+  return n
+end
+-- The field of (idx, mid)'s specs when they are not in the block's value.
+local function spec_field(key, idx, mid)
+  return key .. struct.pack('<I4B', idx, mid)
 end
 -- `v` with `entry` (a whole entry, header included) in place of (idx, mid)'s, or appended.
 local function spec_put(v, idx, mid, entry)

@@ -72,6 +72,10 @@ async fn fixture_with(env: &[(&str, &str)]) -> Fixture {
     Fixture::on(Api::start_with(&unique("events"), env), &[("tp0", 64)], 1, json!({})).await
 }
 
+fn uri_of(host: &str, key: i64) -> String {
+    uri(host, key)
+}
+
 fn uri(host: &str, key: i64) -> String {
     format!("event_report://{host}/gpu/{key}?size=4096")
 }
@@ -111,13 +115,28 @@ async fn specs_entries(api: &Api, inst: &str, key: i64) -> Vec<(Vec<u8>, Vec<u8>
     out
 }
 
+/// The field holding the specs of block `key`'s holder `name` (reporter index u32 | medium id)
+/// when they are not in the block's value, if it exists.
+async fn own_specs_field(api: &Api, inst: &str, key: i64, name: &[u8]) -> Option<Vec<u8>> {
+    redis::cmd("HGET")
+        .arg(instance_key(&api.namespace, inst, "especs"))
+        .arg([&key.to_be_bytes()[..], name].concat())
+        .query_async(&mut valkey().await)
+        .await
+        .unwrap()
+}
+
 /// The stored specs of block `key` under the entry a 13-byte presence `record` names (its
-/// reporter index and medium id), if any.
+/// reporter index and medium id), if any: in the block's value or in a field of their own,
+/// never both.
 async fn stored_specs(api: &Api, inst: &str, key: i64, record: &[u8]) -> Option<Vec<u8>> {
     let name = [&record[..4], &record[12..13]].concat();
     let entries = specs_entries(api, inst, key).await;
     assert!(entries.iter().filter(|(n, _)| *n == name).count() <= 1, "two entries of one record: {entries:?}");
-    entries.into_iter().find(|(n, _)| *n == name).map(|(_, specs)| specs)
+    let own = own_specs_field(api, inst, key, &name).await;
+    let inline = entries.into_iter().find(|(n, _)| *n == name).map(|(_, specs)| specs);
+    assert!(inline.is_none() || own.is_none(), "block {key}'s specs of {name:?} in two places");
+    inline.or(own)
 }
 
 /// The stored specs of a block held by exactly one reporter in one medium.
@@ -412,15 +431,20 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     let (api, inst) = (&fx.api, fx.instance.as_str());
     let l1 = "ST_EVENT_REPORT_L1P5";
     let keys: Vec<i64> = (1..=50).collect();
-    for host in ["a:1", "b:1"] {
+    // Six holders: the specs of a to d in each block's value, e's and f's in fields of their own.
+    let all = ["a:1", "b:1", "c:1", "d:1", "e:1", "f:1"];
+    for host in all {
         let mut events = vec![heartbeat()];
         events.extend(keys.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
         assert_eq!(code(&report(api, inst, l1, host, events).await), "OK");
     }
-    // a goes down: hidden at once, its 50 entries still stored beside b's.
+    // a and e go down: hidden at once, their 50 entries each still stored beside the others'.
     let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
-    assert_eq!(code(&report(api, inst, l1, "a:1", vec![down.clone()]).await), "OK");
-    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("b:1".into(), 50, 0, 50)]);
+    for host in ["a:1", "e:1"] {
+        assert_eq!(code(&report(api, inst, l1, host, vec![down.clone()]).await), "OK");
+    }
+    let live = ["b:1", "c:1", "d:1", "f:1"];
+    assert_eq!(hosts(api, inst, &keys, &[]).await, live.map(|h| (h.to_string(), 50, 0, 50)).to_vec());
     let engine = instance_key(&api.namespace, inst, "engine");
     let c = valkey().await;
     // Bytes stored for the 50 blocks.
@@ -444,20 +468,27 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     let worker = WorkerProc::start(&api.namespace, &[]);
     let collected = eventually(std::time::Duration::from_secs(20), || {
         let fut = bytes(&c);
-        async move { (fut.await * 2 == both).then_some(()) }
+        async move { (fut.await * 6 == both * 4).then_some(()) }
     })
     .await;
-    assert!(collected.is_some(), "a's entries were not collected ({both} bytes for both)");
-    assert_eq!(hosts(api, inst, &keys, &[]).await, vec![("b:1".into(), 50, 0, 50)], "b's entries stay");
+    assert!(collected.is_some(), "a's and e's entries were not collected ({both} bytes for six)");
+    let want = live.map(|h| (h.to_string(), 50, 0, 50)).to_vec();
+    assert_eq!(hosts(api, inst, &keys, &[]).await, want, "the live holders' entries stay");
     for k in [1, 25, 50] {
         let entries = specs_entries(api, inst, k).await;
-        assert_eq!(entries.len(), 1, "block {k} keeps b's specs alone: {entries:?}");
-        assert_eq!(entries[0].1, tp0_specs(&uri("b:1", k)), "block {k}");
+        let uris: Vec<Vec<u8>> = ["b:1", "c:1", "d:1"].map(|h| tp0_specs(&uri(h, k))).to_vec();
+        assert_eq!(entries.into_iter().map(|e| e.1).collect::<Vec<_>>(), uris, "block {k} keeps b, c, d inline");
+        let records = presence(api, inst, k).await;
+        assert_eq!(stored_specs(api, inst, k, &records[39..52]).await, Some(tp0_specs(&uri("f:1", k))), "f's field");
     }
+    // Values and f's fields: e's fields went with its entries.
+    assert_eq!(hash_len(api, inst, "especs").await, 2 * 50);
     let exists: i64 = redis::cmd("EXISTS").arg(&legacy).query_async(&mut c.clone()).await.unwrap();
     assert_eq!(exists, 0, "the old specs hash stays");
-    // b goes down too: every block empties and its field goes.
-    assert_eq!(code(&report(api, inst, l1, "b:1", vec![down]).await), "OK");
+    // The rest go down too: every block empties and its fields go.
+    for host in live {
+        assert_eq!(code(&report(api, inst, l1, host, vec![down.clone()]).await), "OK");
+    }
     let gone = eventually(std::time::Duration::from_secs(20), || {
         let mut c = c.clone();
         let engine = engine.clone();
@@ -469,7 +500,7 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     .await;
     assert!(gone.is_some(), "blocks without live entries stay");
     assert_eq!(hash_len(api, inst, "especs").await, 0, "specs of collected entries stay");
-    assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 100.0);
+    assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 300.0);
 }
 
 #[tokio::test]
@@ -862,6 +893,92 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
 /// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
 /// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
 /// a host gone takes its blocks out of answers at once; getCacheLocationLen counts the same.
+/// A block's specs value holds up to 4 holders' entries; a holder added while it is full gets
+/// a field of its own, read back by getCacheLocation, merged and dropped like the others, and a
+/// holder gone frees room for the next one (the batch path and the single-add path alike).
+#[tokio::test]
+async fn specs_past_four_holders_get_fields_of_their_own_and_read_back_alike() {
+    let fx = Fixture::new(&[("tp0", 64), ("tp1", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let (l1, l2) = ("ST_EVENT_REPORT_L1P5", "ST_EVENT_REPORT_L2");
+    // Blocks 1..=70 go as a prepared batch, block 200 as a single add.
+    let adds = |host: &str, spec: &str| {
+        let mut events = vec![heartbeat()];
+        events.extend((1..=70).map(|k| add(k, "gpu", &[(spec, &uri(host, k))])));
+        events
+    };
+    let hosts_in = [("a:1", l1), ("b:1", l1), ("c:1", l1), ("d:1", l1), ("e:1", l2), ("f:1", l2)];
+    for (host, tier) in hosts_in {
+        assert_eq!(
+            code(&report(api, inst, tier, host, vec![heartbeat(), add(500, "gpu", &[("tp0", "x://1")])]).await),
+            "OK"
+        );
+        assert_eq!(code(&report(api, inst, tier, host, adds(host, "tp0")).await), "OK");
+        assert_eq!(
+            code(&report(api, inst, tier, host, vec![add(200, "gpu", &[("tp0", &uri(host, 200))])]).await),
+            "OK"
+        );
+    }
+    let stored = |k: i64| async move {
+        let records = presence(api, inst, k).await;
+        let mut out = Vec::new();
+        for r in records.chunks(13) {
+            out.push(stored_specs(api, inst, k, r).await);
+        }
+        out
+    };
+    for k in [1, 35, 70, 200] {
+        assert_eq!(specs_entries(api, inst, k).await.len(), 4, "block {k}: four holders in its value");
+        let want: Vec<_> = hosts_in.iter().map(|(h, _)| Some(tp0_specs(&uri(h, k)))).collect();
+        assert_eq!(stored(k).await, want, "block {k}: every holder's specs, in the value or a field");
+    }
+    // getCacheLocation picks an L2 holder, e or f, whose specs have fields of their own.
+    let read = |keys: Vec<i64>| async move {
+        let (_, r) = api
+            .meta("getCacheLocation", json!({"instance_id": inst, "query_type": "QT_BATCH_GET", "block_keys": keys}))
+            .await;
+        assert_eq!(code(&r), "OK", "{r}");
+        r["locations"].as_array().unwrap().iter().map(|l| l["location_specs"].clone()).collect::<Vec<_>>()
+    };
+    for (k, specs) in [1, 70, 200].into_iter().zip(read(vec![1, 70, 200]).await) {
+        let uri = specs[0]["uri"].as_str().unwrap();
+        assert!(uri.starts_with(&uri_of("e:1", k)), "block {k}: {specs}");
+    }
+    // e's own field merges another spec (a re-add goes by the single-add path).
+    assert_eq!(code(&report(api, inst, l2, "e:1", adds("e:1", "tp1")).await), "OK");
+    assert_eq!(read(vec![35]).await[0].as_array().unwrap().len(), 2, "tp0 and tp1 from e's own field");
+    // a goes down and comes back: its entries are stale; b goes down for good. A batch from a new
+    // host g drops b's entry and takes its place in the values; a's re-add replaces its own.
+    let down = json!({"event_type": "EVENT_HOST_DOWN", "host_down": {}});
+    for host in ["a:1", "b:1"] {
+        assert_eq!(code(&report(api, inst, l1, host, vec![down.clone()]).await), "OK");
+    }
+    assert_eq!(
+        code(&report(api, inst, l1, "a:1", vec![register(&["gpu"]), add(500, "gpu", &[("tp0", "x://2")])]).await),
+        "OK"
+    );
+    for host in ["g:1", "a:1"] {
+        assert_eq!(
+            code(&report(api, inst, l1, host, vec![heartbeat(), add(500, "gpu", &[("tp0", "x://1")])]).await),
+            "OK"
+        );
+        assert_eq!(code(&report(api, inst, l1, host, adds(host, "tp0")).await), "OK");
+    }
+    for k in [1, 70] {
+        let entries = specs_entries(api, inst, k).await;
+        let names: Vec<&str> = ["a:1", "c:1", "d:1", "g:1"].into_iter().collect();
+        assert_eq!(entries.len(), 4, "block {k}: {entries:?}");
+        for (host, specs) in names.iter().zip([&uri("a:1", k), &uri("c:1", k), &uri("d:1", k), &uri("g:1", k)]) {
+            assert!(entries.iter().any(|(_, s)| *s == tp0_specs(specs)), "block {k} lacks {host}'s entry: {entries:?}");
+        }
+        let visible = hosts(api, inst, &[k], &[]).await.into_iter().map(|h| h.0).collect::<Vec<_>>();
+        assert_eq!(visible, ["a:1", "c:1", "d:1", "e:1", "f:1", "g:1"], "block {k}");
+    }
+    // Every stored field belongs to a block with a current record: 72 values, and the own
+    // fields of e and f on the 72 blocks they hold.
+    assert_eq!(hash_len(api, inst, "especs").await, 72 + 2 * 72);
+}
+
 /// reportEvent's body is decoded borrowing its strings where JSON allows: strings with escapes,
 /// a null list, a batch large enough to be prepared, and bodies of the wrong types still
 /// answer as every other RPC's do.

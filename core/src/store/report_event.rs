@@ -872,7 +872,8 @@ impl DataPlane {
     /// The locations of chosen holders: `(block, reporter index, medium id)` each, with the
     /// reporter's specs (only those named in `spec_filter` when it is not empty) and, after a
     /// generation started, `s_version=<its committed version>` on each URI (Tair's visibility
-    /// token). One HMGET of the blocks' specs values.
+    /// token). One HMGET: each block's specs value and the chosen holder's own specs field (the
+    /// specs are in the one or the other: `lua/lib/record.lua`).
     pub(crate) async fn engine_location_of(
         &self,
         instance_id: &str,
@@ -885,16 +886,19 @@ impl DataPlane {
         }
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(&self.keys(instance_id).engine_specs);
-        for (block, _, _) in picks {
-            hmget.arg(&block_field(*block)[..]);
+        for (block, idx, mid) in picks {
+            let key = block_field(*block);
+            hmget.arg(&key[..]);
+            hmget.arg([&key[..], &idx.to_le_bytes(), &[*mid]].concat());
         }
         let specs: Vec<Option<Vec<u8>>> = hmget.query_async(&mut self.conn()).await?;
         Ok(picks
             .iter()
-            .zip(specs)
+            .zip(specs.chunks(2))
             .map(|((_, idx, mid), raw)| {
                 let rep = holders.reporters.get(idx)?;
-                let location_specs: Vec<LocationSpec> = decode_specs(entry_specs(&raw?, *idx, *mid)?)?
+                let inline = raw[0].as_deref().and_then(|v| entry_specs(v, *idx, *mid));
+                let location_specs: Vec<LocationSpec> = decode_specs(inline.or(raw[1].as_deref())?)?
                     .into_iter()
                     .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
                     .map(|(name, uri)| LocationSpec { name, uri: with_s_version(uri, &rep.version) })
