@@ -6,7 +6,7 @@
 --
 -- KEYS[1] reporters  (see lua/report_event.lua for all three)
 -- KEYS[2] engine     presence records
--- KEYS[3] especs     specs: a value per block with up to SPEC_INLINE records' entries, a field
+-- KEYS[3] specs      specs: a value per block with up to SPEC_INLINE records' entries, a field
 --                    of its own for each other record's (lua/lib/record.lua)
 -- ARGV[1] cleanup grace, ms
 -- ARGV[2..] block keys (8 bytes)

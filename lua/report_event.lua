@@ -9,10 +9,11 @@
 -- KEYS[2] engine     hash block key (8 bytes) -> presence: one 13-byte record per (reporter,
 --                    medium) holding the block: idx u32 | epoch u32 | generation u32 | medium id
 --                    u8 (all a getHostCacheState read needs)
--- KEYS[3] especs     hash block key (8 bytes) -> the specs of each (reporter, medium) holding
---                    the block: entries idx u32 | medium id u8 | length u32 | specs, where
---                    specs = count u8 | (name length u8 | name | uri length u16 | uri)*
---                    (lua/lib/record.lua, `spec_at`)
+-- KEYS[3] specs      hash block key (8 bytes) -> the specs of up to SPEC_INLINE (reporter,
+--                    medium) pairs holding the block: entries idx u32 | medium id u8 | length
+--                    u32 | specs, where specs = count u8 | (name length u8 | name | uri length
+--                    u16 | uri)*; block key .. idx u32 .. medium id u8 -> the specs of a pair
+--                    added while that value was full (lua/lib/record.lua)
 -- ARGV[1] reporter id
 -- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (unregistered) for events
 -- ARGV[3] snapshot min interval, ms
@@ -32,7 +33,7 @@
 --                                              (distinct blocks), last in the request: then
 --                                              `count` keys (8 bytes), one argument of `count`
 --                                              medium ids (one byte per block, as read), and
---                                              `count` whole `especs` entries (idx | medium id
+--                                              `count` whole `engine_specs` entries (idx | medium id
 --                                              as read | length | specs: what a block nobody
 --                                              holds stores as sent)
 --
@@ -49,7 +50,7 @@
 --   SNAPSHOT_RATE_LIMITED); `version` the committed generation's version after the request ('' if
 --   none).
 -- Example: a fresh reporter sends {'R', 'A' k1 '\3gpu' specs} -> reporter created (idx 1, epoch
---   1), generation 1 with version ARGV[4], engine k1 = (1, 1, 1, gpu's id), especs k1 = (1,
+--   1), generation 1 with version ARGV[4], engine k1 = (1, 1, 1, gpu's id), specs k1 = (1,
 --   gpu's id, #specs, specs); reply {1, '\1\1', ARGV[4], 0, 1}.
 if #KEYS ~= 3 or #ARGV < 4 then return redis.error_reply('report_event: expected 3 keys and >= 4 args') end
 local REP, ENG, SPC, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
@@ -124,7 +125,7 @@ end
 
 -- Presence of each touched block: its value in `engine` (records of 13 bytes: idx u32 | epoch
 -- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
--- place and written back once. Specs live apart, in `especs` (lua/lib/record.lua: a value per
+-- place and written back once. Specs live apart, in `engine_specs` (lua/lib/record.lua: a value per
 -- block with the entries of up to SPEC_INLINE records, a field of its own for each other):
 -- `spv` holds each touched block's value as this request leaves it (false: none), read once
 -- (prefetched with the presence, or on first use), written back once if `sdirty`; `fset` and
@@ -145,7 +146,7 @@ local function rec(mid)
   end
   return r
 end
--- A block's `especs` value as this request has it (nil: none).
+-- A block's `engine_specs` value as this request has it (nil: none).
 local function specs_of(key)
   local v = spv[key]
   if v == nil then
@@ -554,7 +555,7 @@ while i <= #ARGV do
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
     -- ARGV[K + q]: the q-th block's key (q from 0); bids:byte(q + 1) its medium id as the
-    -- frontend read it; ARGV[S + q] its `especs` entry (as read: right when `same`).
+    -- frontend read it; ARGV[S + q] its `engine_specs` entry (as read: right when `same`).
     local K, bids, S = i + 1, ARGV[i + 1 + count], i + 2 + count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     -- The medium ids the batch carries, checked against the instance's (an
@@ -600,7 +601,7 @@ while i <= #ARGV do
         prepared = prepared + n
       else
         -- `how[q]`: what `appended` makes of the block (nil: the single-add path, or new);
-        -- `old[at[q]]` its `especs` value (false: none), read for the blocks `appended` takes.
+        -- `old[at[q]]` its `engine_specs` value (false: none), read for the blocks `appended` takes.
         local keys, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
         for q = 0, n - 1 do
           local key, v = ARGV[K + c + q], now_held[q + 1]

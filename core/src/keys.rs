@@ -173,11 +173,9 @@ pub struct InstanceKeys {
     /// Hash: block key (8 bytes big-endian) → the specs and URIs of up to 4 engine reporters and
     /// media holding it (entries: reporter index u32 | medium id u8 | length u32 | specs); a
     /// holder added while that value was full has a field of its own (block key, reporter
-    /// index u32, medium id u8 → its specs). See `lua/lib/record.lua`.
+    /// index u32, medium id u8 → its specs: how kvcm kept every holder's specs before
+    /// 2026-12-01, so such a hash reads and changes as it is). See `lua/lib/record.lua`.
     pub engine_specs: String,
-    /// The hash that held engine specs before they were kept per block (one field per block,
-    /// reporter and medium): nothing reads it; removing the instance's reports deletes it.
-    pub legacy_engine_specs: String,
 }
 
 impl InstanceKeys {
@@ -201,8 +199,7 @@ impl InstanceKeys {
             evict_last: k("evict_last"),
             reporters: k("reporters"),
             engine: k("engine"),
-            engine_specs: k("especs"),
-            legacy_engine_specs: k("engine_specs"),
+            engine_specs: k("engine_specs"),
             prefix,
         }
     }

@@ -159,7 +159,7 @@ local function queue_delete(K, key, loc, reason)
   redis.call('XADD', K.del, '*', 'k', key, 'l', loc, 'r', reason)
 end
 
--- Engine-reported specs (`especs` hash of lua/report_event.lua). The field named by the block key
+-- Engine-reported specs (`engine_specs` hash of lua/report_event.lua). The field named by the block key
 -- (8 bytes) holds the entries of up to SPEC_INLINE (reporter, medium) pairs holding the block,
 --   reporter index u32 | medium id u8 | length u32 | specs (`length` bytes: count u8 |
 --   (name length u8 | name | uri length u16 | uri)*)

@@ -80,7 +80,7 @@ fn uri(host: &str, key: i64) -> String {
     format!("event_report://{host}/gpu/{key}?size=4096")
 }
 
-/// Fields in one of the instance's engine hashes (`engine`, `especs`, `reporters`).
+/// Fields in one of the instance's engine hashes (`engine`, `engine_specs`, `reporters`).
 async fn hash_len(api: &Api, inst: &str, name: &str) -> i64 {
     redis::cmd("HLEN").arg(instance_key(&api.namespace, inst, name)).query_async(&mut valkey().await).await.unwrap()
 }
@@ -99,7 +99,7 @@ async fn presence(api: &Api, inst: &str, key: i64) -> Vec<u8> {
 /// checked to fill the value exactly.
 async fn specs_entries(api: &Api, inst: &str, key: i64) -> Vec<(Vec<u8>, Vec<u8>)> {
     let value: Option<Vec<u8>> = redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "especs"))
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
         .arg(&key.to_be_bytes()[..])
         .query_async(&mut valkey().await)
         .await
@@ -119,7 +119,7 @@ async fn specs_entries(api: &Api, inst: &str, key: i64) -> Vec<(Vec<u8>, Vec<u8>
 /// when they are not in the block's value, if it exists.
 async fn own_specs_field(api: &Api, inst: &str, key: i64, name: &[u8]) -> Option<Vec<u8>> {
     redis::cmd("HGET")
-        .arg(instance_key(&api.namespace, inst, "especs"))
+        .arg(instance_key(&api.namespace, inst, "engine_specs"))
         .arg([&key.to_be_bytes()[..], name].concat())
         .query_async(&mut valkey().await)
         .await
@@ -212,7 +212,7 @@ async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
     assert_eq!(hash_len(api, inst, "engine").await, 4, "one field per reported block");
     // removeInstance drops what engines reported with the instance.
     assert_ok(&api.admin("removeInstance", json!({"instance_id": inst})).await);
-    for name in ["engine", "especs", "engine_specs", "reporters"] {
+    for name in ["engine", "engine_specs", "reporters"] {
         let exists: i64 =
             redis::cmd("EXISTS").arg(instance_key(&api.namespace, inst, name)).query_async(&mut c).await.unwrap();
         assert_eq!(exists, 0, "{name} after removeInstance");
@@ -266,7 +266,7 @@ async fn adds_merge_by_spec_deletes_are_idempotent_and_host_down_hides_at_once()
     let r = report(api, inst, l1, "h:1", vec![add(2, "gpu", &[("tp0", "x://z")])]).await;
     assert_eq!(code(&r), "OK", "{r}");
     assert_eq!(presence(api, inst, 2).await.len(), 13);
-    assert_eq!(hash_len(api, inst, "especs").await, 1);
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 1);
     assert_eq!(specs_entries(api, inst, 2).await.len(), 1);
     assert_eq!(only_specs(api, inst, 2).await, tp0_specs("x://z"));
     assert_eq!(hosts(api, inst, &[2], &[]).await, vec![("h:1".into(), 1, 0, 1)]);
@@ -462,9 +462,6 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
         }
     };
     let both = bytes(&c).await;
-    // Specs as kvcm kept them before they were kept per block: the worker deletes them.
-    let legacy = instance_key(&api.namespace, inst, "engine_specs");
-    let _: () = redis::cmd("HSET").arg(&legacy).arg("old field").arg("x").query_async(&mut c.clone()).await.unwrap();
     let worker = WorkerProc::start(&api.namespace, &[]);
     let collected = eventually(std::time::Duration::from_secs(20), || {
         let fut = bytes(&c);
@@ -482,9 +479,7 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
         assert_eq!(stored_specs(api, inst, k, &records[39..52]).await, Some(tp0_specs(&uri("f:1", k))), "f's field");
     }
     // Values and f's fields: e's fields went with its entries.
-    assert_eq!(hash_len(api, inst, "especs").await, 2 * 50);
-    let exists: i64 = redis::cmd("EXISTS").arg(&legacy).query_async(&mut c.clone()).await.unwrap();
-    assert_eq!(exists, 0, "the old specs hash stays");
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 2 * 50);
     // The rest go down too: every block empties and its fields go.
     for host in live {
         assert_eq!(code(&report(api, inst, l1, host, vec![down.clone()]).await), "OK");
@@ -499,7 +494,7 @@ async fn the_worker_collects_entries_that_can_never_be_visible_again() {
     })
     .await;
     assert!(gone.is_some(), "blocks without live entries stay");
-    assert_eq!(hash_len(api, inst, "especs").await, 0, "specs of collected entries stay");
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 0, "specs of collected entries stay");
     assert!(worker.metric("kvcm_worker_engine_entries_dropped_total").await >= 300.0);
 }
 
@@ -976,7 +971,75 @@ async fn specs_past_four_holders_get_fields_of_their_own_and_read_back_alike() {
     }
     // Every stored field belongs to a block with a current record: 72 values, and the own
     // fields of e and f on the 72 blocks they hold.
-    assert_eq!(hash_len(api, inst, "especs").await, 72 + 2 * 72);
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 72 + 2 * 72);
+}
+
+/// Specs kept as kvcm kept them before 2026-12-01 — every holder's in a field of its own, no
+/// block values — read as they are, and move into the blocks' values as their holders add them
+/// again (a batch and single adds), nothing lost or kept twice.
+#[tokio::test]
+async fn specs_kept_the_old_way_read_as_they_are_and_move_into_values() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let l2 = "ST_EVENT_REPORT_L2";
+    let keys: Vec<i64> = (1..=70).collect();
+    let adds = |host: &str| {
+        let mut events = vec![heartbeat()];
+        events.extend(keys.iter().map(|&k| add(k, "gpu", &[("tp0", &uri(host, k))])));
+        events
+    };
+    for host in ["a:1", "b:1"] {
+        assert_eq!(
+            code(&report(api, inst, l2, host, vec![heartbeat(), add(500, "gpu", &[("tp0", "x://1")])]).await),
+            "OK"
+        );
+        assert_eq!(code(&report(api, inst, l2, host, adds(host)).await), "OK");
+    }
+    // Rewrite the instance's specs the old way.
+    let specs_key = instance_key(&api.namespace, inst, "engine_specs");
+    let mut c = valkey().await;
+    for k in keys.iter().copied().chain([500]) {
+        for (name, specs) in specs_entries(api, inst, k).await {
+            let field = [&k.to_be_bytes()[..], &name].concat();
+            let _: () = redis::cmd("HSET").arg(&specs_key).arg(field).arg(specs).query_async(&mut c).await.unwrap();
+        }
+        let _: () = redis::cmd("HDEL").arg(&specs_key).arg(&k.to_be_bytes()[..]).query_async(&mut c).await.unwrap();
+    }
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 2 * 71, "a field per block and holder");
+    let read = |keys: Vec<i64>| async move {
+        let (_, r) = api
+            .meta("getCacheLocation", json!({"instance_id": inst, "query_type": "QT_BATCH_GET", "block_keys": keys}))
+            .await;
+        assert_eq!(code(&r), "OK", "{r}");
+        let locs = r["locations"].as_array().unwrap().clone();
+        locs.iter().map(|l| l["location_specs"][0]["uri"].as_str().unwrap_or("").to_string()).collect::<Vec<_>>()
+    };
+    for (k, got) in [1, 70].into_iter().zip(read(vec![1, 70]).await) {
+        assert!(got.starts_with(&uri("a:1", k)), "block {k} reads a's old field: {got}");
+    }
+    // a adds its blocks again (the batch path hands them to the single-add path), and a new
+    // host c adds them too: a's and c's specs move into the values, b's stay in their fields.
+    assert_eq!(code(&report(api, inst, l2, "a:1", adds("a:1")).await), "OK");
+    assert_eq!(
+        code(&report(api, inst, l2, "c:1", vec![heartbeat(), add(500, "gpu", &[("tp0", "x://1")])]).await),
+        "OK"
+    );
+    assert_eq!(code(&report(api, inst, l2, "c:1", adds("c:1")).await), "OK");
+    for k in [1, 35, 70] {
+        let records = presence(api, inst, k).await;
+        assert_eq!(records.len(), 39, "block {k}: a, b and c");
+        let entries = specs_entries(api, inst, k).await;
+        assert_eq!(entries.len(), 2, "block {k}: a's and c's in the value: {entries:?}");
+        for (r, host) in records.chunks(13).zip(["a:1", "b:1", "c:1"]) {
+            assert_eq!(stored_specs(api, inst, k, r).await, Some(tp0_specs(&uri(host, k))), "block {k}, {host}");
+        }
+    }
+    for (k, got) in [1, 70].into_iter().zip(read(vec![1, 70]).await) {
+        assert!(got.starts_with(&uri("a:1", k)), "block {k} reads a's entry: {got}");
+    }
+    // Blocks 1..=70: a value and b's field; block 500, which only c added again: c's value, and
+    // a's and b's fields.
+    assert_eq!(hash_len(api, inst, "engine_specs").await, 70 * 2 + 3);
 }
 
 /// reportEvent's body is decoded borrowing its strings where JSON allows: strings with escapes,
@@ -1432,7 +1495,7 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .script()
         .key(key("reporters"))
         .key(key("engine"))
-        .key(key("especs"))
+        .key(key("engine_specs"))
         .arg("L1P5|m:1")
         .arg("300000")
         .arg("0")

@@ -59,10 +59,6 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             w.engine_cursors.lock().unwrap_or_else(|e| e.into_inner()).insert(instance, Cursor { scan: 0, not_before });
             continue;
         }
-        if at.is_none() {
-            // The first pass of this worker over the instance: specs kept the old way go.
-            w.data.drop_legacy_engine_specs(&instance).await?;
-        }
         let pruned = w.data.prune_engine_reports(&instance, grace, at.map_or(0, |c| c.scan), BATCH).await?;
         w.metrics.engine_entries_dropped.inc_by(pruned.entries_dropped);
         if pruned.cursor == 0 {

@@ -509,16 +509,6 @@ impl DataPlane {
         Ok(out)
     }
 
-    /// Deletes the instance's engine specs as they were kept before they were kept per block
-    /// (the worker does it once per instance as it starts collecting: nothing reads that hash,
-    /// and blocks reported before an upgrade answer without locations until they are reported
-    /// again — docs/events.md, "Upgrading").
-    pub async fn drop_legacy_engine_specs(&self, instance_id: &str) -> Result<()> {
-        let _: () =
-            redis::cmd("UNLINK").arg(&self.keys(instance_id).legacy_engine_specs).query_async(&mut self.conn()).await?;
-        Ok(())
-    }
-
     /// Drops every engine-reported block and reporter of an instance (removeInstance).
     pub async fn drop_engine_reports(&self, instance_id: &str) -> Result<()> {
         let keys = self.keys(instance_id);
@@ -526,7 +516,6 @@ impl DataPlane {
             .arg(&keys.reporters)
             .arg(&keys.engine)
             .arg(&keys.engine_specs)
-            .arg(&keys.legacy_engine_specs)
             .query_async(&mut self.conn())
             .await?;
         Ok(())
@@ -726,7 +715,7 @@ fn with_s_version(uri: String, version: &str) -> String {
     format!("{base}{sep}s_version={version}{fragment}")
 }
 
-/// The specs of reporter `idx`'s entry for medium `mid` in a block's `especs` value (entries of
+/// The specs of reporter `idx`'s entry for medium `mid` in a block's `engine_specs` value (entries of
 /// reporter index u32 | medium id u8 | length u32 | specs, all little-endian), if any.
 fn entry_specs(value: &[u8], idx: u32, mid: u8) -> Option<&[u8]> {
     let mut rest = value;
@@ -1134,7 +1123,7 @@ impl DataPlane {
     /// block when the record changed meanwhile, and for each block holding this reporter's
     /// current record in that medium with other specs, or at 256 records without one
     /// (docs/events.md lists the paths); keys are borrowed from `args`, the specs entries
-    /// (`especs` as a block nobody else holds stores them: reporter index | medium id | length
+    /// (`engine_specs` as a block nobody else holds stores them: reporter index | medium id | length
     /// | specs) built into one buffer.
     async fn prepare_adds<'a>(
         &self,
