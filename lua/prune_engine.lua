@@ -6,14 +6,13 @@
 --
 -- KEYS[1] reporters  (see lua/report_event.lua for all three)
 -- KEYS[2] engine     presence records
--- KEYS[3] specs      specs: a value per block with up to SPEC_INLINE records' entries, a field
---                    of its own for each other record's (lua/lib/record.lua)
+-- KEYS[3] specs
 -- ARGV[1] cleanup grace, ms
 -- ARGV[2..] block keys (8 bytes)
 --
 -- Reply: {1, entries dropped, blocks emptied}
 -- Example: block k holds records of reporters 1 (current) and 2 (HOST_DOWN since) -> k keeps
---   reporter 1's record, reporter 2's entry leaves k's specs; reply {1, 1, 0}.
+--   reporter 1's record, reporter 2's specs field goes; reply {1, 1, 0}.
 if #KEYS ~= 3 or #ARGV < 1 then return redis.error_reply('prune_engine: expected 3 keys and >= 1 arg') end
 local REP, ENG, SPC = KEYS[1], KEYS[2], KEYS[3]
 local grace = tonumber(ARGV[1])
@@ -39,30 +38,18 @@ for i = 2, #ARGV do
   local key = ARGV[i]
   local raw = redis.call('HGET', ENG, key)
   if raw then
-    local keep, gone, fields = {}, 0, {}
-    local specs
+    local keep, gone = {}, {}
     for p = 1, #raw - 12, 13 do
       local idx, epoch, gen, mid = struct.unpack('<I4I4I4B', raw, p)
       if alive(idx, epoch, gen) then
         keep[#keep + 1] = raw:sub(p, p + 12)
       else
-        if gone == 0 then specs = redis.call('HGET', SPC, key) end
-        if spec_at(specs, idx, mid) then
-          specs = spec_drop(specs, idx, mid)
-        else
-          fields[#fields + 1] = spec_field(key, idx, mid)
-        end
-        gone = gone + 1
+        gone[#gone + 1] = key .. struct.pack('<I4B', idx, mid)
       end
     end
-    if gone > 0 then
-      dropped = dropped + gone
-      if #fields > 0 then redis.call('HDEL', SPC, unpack(fields)) end
-      if specs and specs ~= '' then
-        redis.call('HSET', SPC, key, specs)
-      else
-        redis.call('HDEL', SPC, key)
-      end
+    if #gone > 0 then
+      dropped = dropped + #gone
+      redis.call('HDEL', SPC, unpack(gone))
       if #keep == 0 then
         redis.call('HDEL', ENG, key)
         emptied = emptied + 1

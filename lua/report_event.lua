@@ -9,11 +9,8 @@
 -- KEYS[2] engine     hash block key (8 bytes) -> presence: one 13-byte record per (reporter,
 --                    medium) holding the block: idx u32 | epoch u32 | generation u32 | medium id
 --                    u8 (all a getHostCacheState read needs)
--- KEYS[3] specs      hash block key (8 bytes) -> the specs of up to SPEC_INLINE (reporter,
---                    medium) pairs holding the block: entries idx u32 | medium id u8 | length
---                    u32 | specs, where specs = count u8 | (name length u8 | name | uri length
---                    u16 | uri)*; block key .. idx u32 .. medium id u8 -> the specs of a pair
---                    added while that value was full (lua/lib/record.lua)
+-- KEYS[3] specs      hash block key .. idx u32 .. medium id u8 -> that entry's specs: count u8 |
+--                    (name length u8 | name | uri length u16 | uri)*
 -- ARGV[1] reporter id
 -- ARGV[2] cleanup grace, ms: a reporter silent this long is gone (unregistered) for events
 -- ARGV[3] snapshot min interval, ms
@@ -23,7 +20,7 @@
 --   'R' medium '\0' medium ...                 NODE_REGISTER
 --   'H'                                        HEARTBEAT
 --   'X'                                        HOST_DOWN (alone in its request)
---   'A' key(8) mlen u8 medium specs            BLOCK_ADD (specs as above)
+--   'A' key(8) mlen u8 medium specs            BLOCK_ADD (specs as stored, above)
 --   'D' key(8) mlen u8 medium name '\0' name... BLOCK_DELETE
 --   'S' count                                  BLOCK_SNAPSHOT, its `count` items in the next
 --                                              arguments: key(8) mlen u8 medium specs
@@ -33,9 +30,7 @@
 --                                              (distinct blocks), last in the request: then
 --                                              `count` keys (8 bytes), one argument of `count`
 --                                              medium ids (one byte per block, as read), and
---                                              `count` whole `engine_specs` entries (idx | medium id
---                                              as read | length | specs: what a block nobody
---                                              holds stores as sent)
+--                                              `count` specs (as stored, above)
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
@@ -50,8 +45,8 @@
 --   SNAPSHOT_RATE_LIMITED); `version` the committed generation's version after the request ('' if
 --   none).
 -- Example: a fresh reporter sends {'R', 'A' k1 '\3gpu' specs} -> reporter created (idx 1, epoch
---   1), generation 1 with version ARGV[4], engine k1 = (1, 1, 1, gpu's id), specs k1 = (1,
---   gpu's id, #specs, specs); reply {1, '\1\1', ARGV[4], 0, 1}.
+--   1), generation 1 with version ARGV[4], engine k1 = (1, 1, 1, gpu's id), specs k1..1..id =
+--   specs; reply {1, '\1\1', ARGV[4], 0, 1}.
 if #KEYS ~= 3 or #ARGV < 4 then return redis.error_reply('report_event: expected 3 keys and >= 4 args') end
 local REP, ENG, SPC, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local grace, min_interval = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -125,16 +120,12 @@ end
 
 -- Presence of each touched block: its value in `engine` (records of 13 bytes: idx u32 | epoch
 -- u32 | generation u32 | medium id u8), prefetched in a few HMGETs (false = none), changed in
--- place and written back once. Specs live apart, in `engine_specs` (lua/lib/record.lua: a value per
--- block with the entries of up to SPEC_INLINE records, a field of its own for each other):
--- `spv` holds each touched block's value as this request leaves it (false: none), read once
--- (prefetched with the presence, or on first use), written back once if `sdirty`; `fset` and
--- `fdel` the own fields this request sets and deletes.
+-- place and written back once. Specs live apart, in `specs`, under key .. idx .. medium id.
 local pres, pdirty, had = {}, {}, {}
-local spv, sdirty, fset, fdel = {}, {}, {}, {}
--- This reporter's record for a medium, built once per (lifecycle, generation, medium) rather
--- than per block.
-local recs, r_idx, r_epoch, r_gen = {}, -1, -1, -1
+local sset, sdel = {}, {}
+-- This reporter's record for a medium, and the tail of its specs fields, built once per
+-- (lifecycle, generation, medium) rather than per block.
+local recs, tails, r_idx, r_epoch, r_gen = {}, {}, -1, -1, -1
 local function rec(mid)
   if r_idx ~= rep.idx or r_epoch ~= rep.epoch or r_gen ~= rep.gen then
     recs, r_idx, r_epoch, r_gen = {}, rep.idx, rep.epoch, rep.gen
@@ -146,41 +137,16 @@ local function rec(mid)
   end
   return r
 end
--- A block's `engine_specs` value as this request has it (nil: none).
-local function specs_of(key)
-  local v = spv[key]
-  if v == nil then
-    v = redis.call('HGET', SPC, key) or false
-    spv[key] = v
+local function spec_field(key, idx, mid)
+  if idx == rep.idx then
+    local t = tails[mid]
+    if not t then
+      t = struct.pack('<I4B', idx, mid)
+      tails[mid] = t
+    end
+    return key .. t
   end
-  return v or nil
-end
--- (idx, mid)'s specs on `key` as this request has them (nil: none): in the block's value, else
--- in their own field.
-local function specs_in(key, idx, mid)
-  local s = spec_get(specs_of(key), idx, mid)
-  if s then return s end
-  local f = spec_field(key, idx, mid)
-  if fdel[f] then return nil end
-  return fset[f] or redis.call('HGET', SPC, f) or nil
-end
--- Sets (specs given) or drops (nil) (idx, mid)'s specs on `key`: in the block's value if they
--- are there or it has room (then their own field goes, if any), else in their own field.
-local function set_specs(key, idx, mid, specs)
-  local v = specs_of(key)
-  local f = spec_field(key, idx, mid)
-  if spec_at(v, idx, mid) then
-    spv[key] = specs and spec_put(v, idx, mid, spec_entry(idx, mid, specs)) or spec_drop(v, idx, mid)
-    sdirty[key] = true
-  elseif specs and spec_count(v) < SPEC_INLINE then
-    spv[key] = (v or '') .. spec_entry(idx, mid, specs)
-    sdirty[key] = true
-    fset[f], fdel[f] = nil, true
-  elseif specs then
-    fset[f], fdel[f] = specs, nil
-  else
-    fset[f], fdel[f] = nil, true
-  end
+  return key .. struct.pack('<I4B', idx, mid)
 end
 -- The medium's id (instance-wide, 1..255), created if new; nil when all 255 are taken.
 local mids = {}
@@ -225,9 +191,10 @@ local function encode_specs(list)
   end
   return table.concat(parts)
 end
--- This reporter's specs for medium `mid` on `key`, as this request has them (nil: none).
-local function own_specs(key, mid)
-  return specs_in(key, rep.idx, mid)
+-- The specs currently stored for a field (this request's pending write first).
+local function stored_specs(field)
+  if sdel[field] then return nil end
+  return sset[field] or redis.call('HGET', SPC, field)
 end
 -- Sets this reporter's entry for medium `mid` on `key`: exactly `blob`'s specs (replace), or
 -- merged by name into what the current lifecycle reported before.
@@ -241,8 +208,9 @@ end
 local function put(key, mid, blob, replace)
   local r = pres[key]
   local p = find(r, mid)
+  local field = spec_field(key, rep.idx, mid)
   if p and live_own(r, p) and not replace then
-    local old = own_specs(key, mid)
+    local old = stored_specs(field)
     if old and old ~= blob then
       local merged, at = decode_specs(old), {}
       for i, s in ipairs(merged) do at[s[1]] = i end
@@ -264,7 +232,7 @@ local function put(key, mid, blob, replace)
     pres[key] = (r or '') .. rec(mid)
   end
   pdirty[key] = true
-  set_specs(key, rep.idx, mid, blob)
+  sset[field], sdel[field] = blob, nil
   return 1
 end
 -- Drops the named specs of this reporter's current entry for `mid` on `key`; the entry goes
@@ -273,16 +241,17 @@ local function drop(key, mid, names)
   local r = pres[key]
   local p = find(r, mid)
   if not p or not live_own(r, p) then return end
+  local field = spec_field(key, rep.idx, mid)
   local gone, kept = {}, {}
   for _, n in ipairs(names) do gone[n] = true end
-  for _, s in ipairs(decode_specs(own_specs(key, mid))) do
+  for _, s in ipairs(decode_specs(stored_specs(field))) do
     if not gone[s[1]] then kept[#kept + 1] = s end
   end
   if #kept == 0 then
     pres[key] = r:sub(1, p - 1) .. r:sub(p + 13)
-    set_specs(key, rep.idx, mid, nil)
+    sset[field], sdel[field] = nil, true
   else
-    set_specs(key, rep.idx, mid, encode_specs(kept))
+    sset[field] = encode_specs(kept)
   end
   pdirty[key] = true
 end
@@ -324,7 +293,8 @@ local function flush()
       if current(idx, epoch, gen) then
         keep[#keep + 1] = r:sub(p, p + 12)
       else
-        set_specs(key, idx, mid, nil)
+        local field = spec_field(key, idx, mid)
+        sset[field], sdel[field] = nil, true
       end
     end
     if #keep == 0 then
@@ -335,20 +305,11 @@ local function flush()
     end
   end
   local ssets, sdels = {}, {}
-  for key in pairs(sdirty) do
-    local v = spv[key]
-    if v and v ~= '' then
-      ssets[#ssets + 1] = key
-      ssets[#ssets + 1] = v
-    else
-      sdels[#sdels + 1] = key
-    end
+  for field, blob in pairs(sset) do
+    ssets[#ssets + 1] = field
+    ssets[#ssets + 1] = blob
   end
-  for f, specs in pairs(fset) do
-    ssets[#ssets + 1] = f
-    ssets[#ssets + 1] = specs
-  end
-  for f in pairs(fdel) do sdels[#sdels + 1] = f end
+  for field in pairs(sdel) do sdels[#sdels + 1] = field end
   for c = 1, #psets, 1000 do redis.call('HSET', ENG, unpack(psets, c, math.min(c + 999, #psets))) end
   for c = 1, #pdels, 1000 do redis.call('HDEL', ENG, unpack(pdels, c, math.min(c + 999, #pdels))) end
   for c = 1, #ssets, 1000 do redis.call('HSET', SPC, unpack(ssets, c, math.min(c + 999, #ssets))) end
@@ -357,8 +318,8 @@ end
 -- What `put` and `flush` make of a block whose stored value `v` gets this reporter's record for
 -- medium `mid`: {value = the new value (the records that can still be visible, in order, with
 -- this reporter's new record where its old one for `mid` was, current or not, or else
--- appended), dropped = the (idx, medium id) of the records that cannot, as a flat list, had =
--- whether there was such an old record, own = whether it is current (then this holds only when the stored specs
+-- appended), dropped = the specs-field tails (idx u32 | medium id u8) of the records that
+-- cannot, own = whether that old record is current (then this holds only when the stored specs
 -- are the ones sent; otherwise the single-add path, which merges them)}; false when the block
 -- has no room for one more record or is not what `put` expects. Worked out once per (value,
 -- medium): the blocks of a prefix held by the same reporters share it.
@@ -389,13 +350,11 @@ local function appended(v, mid)
         local list = at and after or before
         list[#list + 1] = v:sub(p, p + 12)
       else
-        dropped[#dropped + 1] = idx
-        dropped[#dropped + 1] = m
+        dropped[#dropped + 1] = struct.pack('<I4B', idx, m)
       end
     end
     if ok and (at or #v < 13 * 256) then
-      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped, own = own,
-             had = at ~= nil}
+      out = {value = table.concat(before) .. rec(mid) .. table.concat(after), dropped = dropped, own = own}
     end
   end
   known[mid] = out
@@ -413,8 +372,8 @@ local function generation()
   end
 end
 
--- Every block the request touches, its presence and its specs read in a few HMGETs (not one
--- HGET per event); a 'B' batch reads its own, chunk by chunk, as it goes.
+-- Every block the request touches, read in a few HMGETs (not one HGET per event); a 'B'
+-- batch reads its own, chunk by chunk, as it goes.
 do
   local want, seen, j = {}, {}, 5
   while j <= #ARGV do
@@ -440,11 +399,9 @@ do
   end
   for c = 1, #want, 1000 do
     local part = redis.call('HMGET', ENG, unpack(want, c, math.min(c + 999, #want)))
-    local specs = redis.call('HMGET', SPC, unpack(want, c, math.min(c + 999, #want)))
     for q = 1, #part do
       pres[want[c + q - 1]] = part[q]
       had[want[c + q - 1]] = part[q] and true or nil
-      spv[want[c + q - 1]] = specs[q]
     end
   end
 end
@@ -555,7 +512,7 @@ while i <= #ARGV do
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
     -- ARGV[K + q]: the q-th block's key (q from 0); bids:byte(q + 1) its medium id as the
-    -- frontend read it; ARGV[S + q] its `engine_specs` entry (as read: right when `same`).
+    -- frontend read it; ARGV[S + q] its specs.
     local K, bids, S = i + 1, ARGV[i + 1 + count], i + 2 + count
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     -- The medium ids the batch carries, checked against the instance's (an
@@ -572,10 +529,10 @@ while i <= #ARGV do
       p = p + 2 + len
     end
     generation()
-    -- This reporter's record for each medium of the batch, as locals.
-    local argv, brec = ARGV, {}
+    -- This reporter's record and specs-field tail for each medium of the batch, as locals.
+    local argv, brec, btail = ARGV, {}, {}
     if same then
-      for _, m in pairs(real) do brec[m] = rec(m) end
+      for _, m in pairs(real) do brec[m], btail[m] = rec(m), spec_field('', rep.idx, m) end
     end
     local untouched = same and next(pdirty) == nil
     for c = 0, count - 1, 500 do
@@ -588,83 +545,57 @@ while i <= #ARGV do
       end
       if untouched and not held then
         -- The common case: every block of the chunk new — stored as sent, under this
-        -- reporter's record (the one the frontend read: `same`), its specs entry as sent.
+        -- reporter's record (the one the frontend read: `same`).
         local eng, spc, ids, k, s = {}, {}, {bids:byte(c + 1, c + n)}, K + c - 1, S + c - 1
         for q = 1, n do
           local key, mid = argv[k + q], ids[q]
           eng[2 * q - 1], eng[2 * q] = key, brec[mid] or rec(mid)
-          spc[2 * q - 1], spc[2 * q] = key, argv[s + q]
+          spc[2 * q - 1], spc[2 * q] = key .. (btail[mid] or spec_field('', rep.idx, mid)), argv[s + q]
         end
         redis.call('HSET', ENG, unpack(eng))
         redis.call('HSET', SPC, unpack(spc))
         ok_codes(n)
         prepared = prepared + n
       else
-        -- `how[q]`: what `appended` makes of the block (nil: the single-add path, or new);
-        -- `old[at[q]]` its `engine_specs` value (false: none), read for the blocks `appended` takes.
-        local keys, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
+        -- `how[q]`: what `appended` makes of the block (nil: the single-add path, or new); the
+        -- stored specs of the blocks holding this reporter's current record in that medium.
+        local fields, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
         for q = 0, n - 1 do
           local key, v = ARGV[K + c + q], now_held[q + 1]
           if same and v and not pdirty[key] then
             local o = appended(v, ids[q + 1])
-            if o then
-              how[q] = o
-              keys[#keys + 1] = key
-              at[q] = #keys
+            how[q] = o or nil
+            if o and o.own then
+              fields[#fields + 1] = spec_field(key, rep.idx, ids[q + 1])
+              at[q] = #fields
             end
           end
         end
-        local old = #keys > 0 and redis.call('HMGET', SPC, unpack(keys)) or {}
+        local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
         local eng, spc, gone = {}, {}, {}
         for q = 0, n - 1 do
           local key, mid = ARGV[K + c + q], ids[q + 1]
-          local v, entry = now_held[q + 1], ARGV[S + c + q]
-          local o, sv = how[q], at[q] and old[at[q]] or nil
+          local v, blob = now_held[q + 1], ARGV[S + c + q]
           if same and not v and not pdirty[key] then
             eng[#eng + 1], eng[#eng + 2] = key, rec(mid)
-            spc[#spc + 1], spc[#spc + 2] = key, entry
+            spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
             codes[#codes + 1] = 1
             prepared = prepared + 1
-          elseif o and (not o.had or spec_at(sv, rep.idx, mid))
-              and (not o.own or sv == entry or spec_get(sv, rep.idx, mid) == entry:sub(SPEC_HDR + 1)) then
+          elseif how[q] and (not how[q].own or old[at[q]] == blob) then
             -- What the single-add path makes of it, worked out once per (stored value, medium):
             -- this reporter's record and specs set (a re-add of the same specs keeps them; when
-            -- the new value is the stored one, nothing is written), the specs of the records
-            -- that cannot be visible any more dropped. (An old record of this reporter's whose
-            -- specs have a field of their own takes the single-add path.)
+            -- the new value is the stored one, nothing is written).
+            local o = how[q]
             if o.value ~= v then eng[#eng + 1], eng[#eng + 2] = key, o.value end
-            local nv = sv
-            for d = 1, #o.dropped, 2 do
-              local idx, m = o.dropped[d], o.dropped[d + 1]
-              if spec_at(nv, idx, m) then
-                nv = spec_drop(nv, idx, m)
-              else
-                gone[#gone + 1] = spec_field(key, idx, m)
-              end
-            end
-            if not o.own then
-              if o.had or spec_count(nv) < SPEC_INLINE then
-                nv = spec_put(nv, rep.idx, mid, entry)
-              else
-                spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), entry:sub(SPEC_HDR + 1)
-              end
-            end
-            if nv ~= sv then
-              if nv and nv ~= '' then
-                spc[#spc + 1], spc[#spc + 2] = key, nv
-              else
-                gone[#gone + 1] = key
-              end
-            end
+            if not o.own then spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob end
+            for _, tail in ipairs(o.dropped) do gone[#gone + 1] = key .. tail end
             codes[#codes + 1] = 1
             prepared = prepared + 1
           else
-            -- What an earlier event of the request made of it, else what is stored (its specs
-            -- value too, when read above).
+            -- What an earlier event of the request made of it, else what is stored.
             if not pdirty[key] then pres[key], had[key] = v, v and true or nil end
-            if at[q] and spv[key] == nil then spv[key] = sv or false end
             local m = real[mid]
-            codes[#codes + 1] = m and put(key, m, entry:sub(SPEC_HDR + 1), false) or 7
+            codes[#codes + 1] = m and put(key, m, blob, false) or 7
           end
         end
         if #eng > 0 then redis.call('HSET', ENG, unpack(eng)) end

@@ -170,11 +170,7 @@ pub struct InstanceKeys {
     /// Hash: block key (8 bytes big-endian) → which engine reporters hold it (13-byte records:
     /// reporter index, lifecycle epoch, generation, medium id).
     pub engine: String,
-    /// Hash: block key (8 bytes big-endian) → the specs and URIs of up to 4 engine reporters and
-    /// media holding it (entries: reporter index u32 | medium id u8 | length u32 | specs); a
-    /// holder added while that value was full has a field of its own (block key, reporter
-    /// index u32, medium id u8 → its specs: how kvcm kept every holder's specs before
-    /// 2026-12-01, so such a hash reads and changes as it is). See `lua/lib/record.lua`.
+    /// Hash: block key, reporter index, medium id → that engine entry's specs and URIs.
     pub engine_specs: String,
 }
 

@@ -456,23 +456,17 @@ impl DataPlane {
         let keys = self.keys(&inst.instance_id);
         // Many adds of a known reporter: prepared here against its record, so that the script
         // stores new blocks as sent (see `lua/report_event.lua`, event 'B').
-        let prepared = match self.prepare_adds(&keys, &reporter, &args, &sent).await? {
+        let (events, sent) = match self.prepare_adds(&keys, &reporter, &args, &sent).await? {
             Some(batched) => batched,
-            None => Prepared {
-                args: args.iter().map(|a| Cow::Borrowed(a.as_slice())).collect(),
-                entries: Vec::new(),
-                ends: Vec::new(),
-                order: sent,
-            },
+            None => (args.iter().map(|a| Cow::Borrowed(a.as_slice())).collect(), sent),
         };
-        let sent = &prepared.order;
         // Even when every item failed validation, the script runs (with no events) for the
         // reporter's version and whether it needs a snapshot.
         let (grace, interval) = (settings.cleanup_grace_ms.to_string(), settings.snapshot_min_interval_ms.to_string());
         let version = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        let mut argv: Vec<&[u8]> = Vec::with_capacity(4 + prepared.args.len() + prepared.ends.len());
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(4 + events.len());
         argv.extend([reporter.as_bytes(), grace.as_bytes(), interval.as_bytes(), version.as_bytes()]);
-        argv.extend(prepared.argv());
+        argv.extend(events.iter().map(|e| e.as_ref()));
         let reply =
             self.run(&scripts::REPORT_EVENT, &[&keys.reporters, &keys.engine, &keys.engine_specs], &argv).await?;
         // Reads through this frontend see the instance's reporters at once.
@@ -715,21 +709,6 @@ fn with_s_version(uri: String, version: &str) -> String {
     format!("{base}{sep}s_version={version}{fragment}")
 }
 
-/// The specs of reporter `idx`'s entry for medium `mid` in a block's `engine_specs` value (entries of
-/// reporter index u32 | medium id u8 | length u32 | specs, all little-endian), if any.
-fn entry_specs(value: &[u8], idx: u32, mid: u8) -> Option<&[u8]> {
-    let mut rest = value;
-    while rest.len() >= 9 {
-        let len = u32::from_le_bytes(rest[5..9].try_into().expect("4 bytes")) as usize;
-        let specs = rest.get(9..9 + len)?;
-        if rest[..4] == idx.to_le_bytes() && rest[4] == mid {
-            return Some(specs);
-        }
-        rest = &rest[9 + len..];
-    }
-    None
-}
-
 /// Decodes a specs value (`count u8 | (name length u8 | name | uri length u16 LE | uri)*`).
 fn decode_specs(raw: &[u8]) -> Option<Vec<(String, String)>> {
     let (&n, mut rest) = raw.split_first()?;
@@ -861,8 +840,7 @@ impl DataPlane {
     /// The locations of chosen holders: `(block, reporter index, medium id)` each, with the
     /// reporter's specs (only those named in `spec_filter` when it is not empty) and, after a
     /// generation started, `s_version=<its committed version>` on each URI (Tair's visibility
-    /// token). One HMGET: each block's specs value and the chosen holder's own specs field (the
-    /// specs are in the one or the other: `lua/lib/record.lua`).
+    /// token). One HMGET of the specs.
     pub(crate) async fn engine_location_of(
         &self,
         instance_id: &str,
@@ -876,18 +854,18 @@ impl DataPlane {
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(&self.keys(instance_id).engine_specs);
         for (block, idx, mid) in picks {
-            let key = block_field(*block);
-            hmget.arg(&key[..]);
-            hmget.arg([&key[..], &idx.to_le_bytes(), &[*mid]].concat());
+            let mut field = block_field(*block).to_vec();
+            field.extend_from_slice(&idx.to_le_bytes());
+            field.push(*mid);
+            hmget.arg(field);
         }
         let specs: Vec<Option<Vec<u8>>> = hmget.query_async(&mut self.conn()).await?;
         Ok(picks
             .iter()
-            .zip(specs.chunks(2))
-            .map(|((_, idx, mid), raw)| {
+            .zip(specs)
+            .map(|((_, idx, _), raw)| {
                 let rep = holders.reporters.get(idx)?;
-                let inline = raw[0].as_deref().and_then(|v| entry_specs(v, *idx, *mid));
-                let location_specs: Vec<LocationSpec> = decode_specs(inline.or(raw[1].as_deref())?)?
+                let location_specs: Vec<LocationSpec> = decode_specs(&raw?)?
                     .into_iter()
                     .filter(|(name, _)| spec_filter.is_empty() || spec_filter.contains(name))
                     .map(|(name, uri)| LocationSpec { name, uri: with_s_version(uri, &rep.version) })
@@ -1118,20 +1096,18 @@ impl DataPlane {
     /// blocks) of a reporter that exists, is registered and has a generation, with every
     /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
     /// the batch's header (the reporter's record and medium ids as read now), keys, ids and
-    /// specs entries — and the event indexes in the order the script answers them. `None` when
-    /// the request does not qualify. The script takes the single-add path itself for every
-    /// block when the record changed meanwhile, and for each block holding this reporter's
-    /// current record in that medium with other specs, or at 256 records without one
-    /// (docs/events.md lists the paths); keys are borrowed from `args`, the specs entries
-    /// (`engine_specs` as a block nobody else holds stores them: reporter index | medium id | length
-    /// | specs) built into one buffer.
+    /// specs — and the event indexes in the order the script answers them. `None` when the
+    /// request does not qualify. The script takes the single-add path itself for every block
+    /// when the record changed meanwhile, and for each block holding this reporter's current
+    /// record in that medium with other specs, or at 256 records without one (docs/events.md
+    /// lists the paths); keys and specs are borrowed from `args`.
     async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
         reporter: &str,
         args: &'a [Vec<u8>],
         sent: &[usize],
-    ) -> Result<Option<Prepared<'a>>> {
+    ) -> Result<Option<(Vec<Cow<'a, [u8]>>, Vec<usize>)>> {
         let adds = args.iter().filter(|a| a.first() == Some(&b'A')).count();
         if adds < PREPARE_AT || args.iter().any(|a| !matches!(a.first(), Some(b'A' | b'H'))) {
             return Ok(None);
@@ -1196,12 +1172,11 @@ impl DataPlane {
             b.extend_from_slice(m);
         }
         out.push(Cow::Owned(b));
-        // The batch: its keys (borrowed from the encoded events), one argument of medium ids
-        // (a byte per block) and the specs entries. The script builds each presence record
-        // from the header and the id, and stores a new block's entry as it is.
+        // The batch: its keys, one argument of medium ids (a byte per block) and its specs,
+        // keys and specs borrowed from the encoded events. The script builds each presence
+        // record and specs field from the header and the id.
         let mut mids = Vec::with_capacity(adds);
-        let mut entries = Vec::with_capacity(args.iter().map(|a| a.len()).sum::<usize>() + adds * 8);
-        let mut ends = Vec::with_capacity(adds);
+        let mut specs = Vec::with_capacity(adds);
         for (a, &i) in args.iter().zip(sent) {
             if a[0] != b'A' {
                 continue;
@@ -1210,32 +1185,11 @@ impl DataPlane {
             let m = media.iter().position(|m| *m == medium).expect("collected above");
             out.push(Cow::Borrowed(key));
             mids.push(ids[m]);
-            entries.extend_from_slice(&record[1..5]);
-            entries.push(ids[m]);
-            entries.extend_from_slice(&(blob.len() as u32).to_le_bytes());
-            entries.extend_from_slice(blob);
-            ends.push(entries.len());
+            specs.push(Cow::Borrowed(blob));
             order.push(i);
         }
         out.push(Cow::Owned(mids));
-        Ok(Some(Prepared { args: out, entries, ends, order }))
-    }
-}
-
-/// A request's adds prepared as one 'B' batch ([`DataPlane::prepare_adds`]): the arguments
-/// before its specs entries, the entries one after another in `entries` (entry k ends at
-/// `ends[k]`), and the event indexes in the order the script answers them.
-struct Prepared<'a> {
-    args: Vec<Cow<'a, [u8]>>,
-    entries: Vec<u8>,
-    ends: Vec<usize>,
-    order: Vec<usize>,
-}
-
-impl Prepared<'_> {
-    /// The script's event arguments, in order.
-    fn argv(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        self.args.iter().map(|a| a.as_ref()).chain(starts.zip(&self.ends).map(|(s, &e)| &self.entries[s..e]))
+        out.extend(specs);
+        Ok(Some((out, order)))
     }
 }

@@ -353,13 +353,14 @@ pub struct ReportEventRequest {
     pub storage_type: super::common::StorageType,
 }
 
-/// [`ReportEventRequest`] as the HTTP handler decodes it: the strings of block adds — nearly all
+/// [`ReportEventRequest`] as the HTTP handler decodes it (each type named as its owned one, so
+/// that error messages read the same): the strings of block adds — nearly all
 /// of a large request — borrowed from the request body where JSON allows (no escapes), so
 /// decoding 20,000 adds allocates two small blocks per add rather than six and frees them as
 /// cheaply (docs/benchmarks.md, "Specs kept per block"). Accepts exactly what
 /// [`ReportEventRequest`] accepts; the other payloads, rare, are decoded as their owned types.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, expecting = "struct ReportEventRequest")]
 pub struct ReportEventBody<'a> {
     #[serde(borrow)]
     pub trace_id: Cow<'a, str>,
@@ -374,7 +375,7 @@ pub struct ReportEventBody<'a> {
 
 /// [`EventItem`] in a [`ReportEventBody`].
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, expecting = "struct EventItem")]
 pub struct EventRef<'a> {
     pub event_type: ReportEventType,
     pub node_register: Option<Box<NodeRegisterEventParams>>,
@@ -388,7 +389,7 @@ pub struct EventRef<'a> {
 
 /// [`BlockAddEventParams`] in a [`ReportEventBody`].
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, expecting = "struct BlockAddEventParams")]
 pub struct BlockAddRef<'a> {
     #[serde(borrow)]
     pub block_key: Cow<'a, str>,
@@ -403,7 +404,7 @@ pub struct BlockAddRef<'a> {
 
 /// [`super::common::LocationSpec`] in a [`ReportEventBody`].
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, expecting = "struct LocationSpec")]
 pub struct SpecRef<'a> {
     #[serde(borrow)]
     pub name: Cow<'a, str>,
