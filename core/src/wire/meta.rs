@@ -413,8 +413,9 @@ pub struct SpecRef<'a> {
 }
 
 impl ReportEventRequest {
-    /// The request as [`ReportEventBody`], borrowing its strings (for callers that build the
-    /// owned request, as the worker's vLLM ingestion does).
+    /// The request as [`ReportEventBody`] (for callers that build the owned request, as the
+    /// worker's vLLM ingestion does): block adds borrow their strings, the other payloads are
+    /// cloned.
     pub fn body(&self) -> ReportEventBody<'_> {
         let events = self
             .events
