@@ -31,7 +31,7 @@
 //! * What it costs: CPU-heavy requests hold up the other connections of their thread while they
 //!   run, where a work-stealing runtime would move those to an idle worker — a 16,384-block read
 //!   (`max_keys_per_request`) renders ~2.5 MB of JSON in a few ms; a reportEvent of 20,000 adds
-//!   decodes for ~9 ms. Connections are spread by count, not by load, so a few busy ones can
+//!   decodes for ~6 ms. Connections are spread by count, not by load, so a few busy ones can
 //!   share a thread while another idles. With one thread per core and many engine connections
 //!   this evens out; a fleet of few, very uneven connections can set more threads than cores.
 //!   And each thread holds one more connection to every Valkey node.

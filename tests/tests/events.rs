@@ -823,10 +823,6 @@ async fn a_batch_of_blocks_other_hosts_hold_keeps_their_live_records_and_drops_t
     }
 }
 
-/// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
-/// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
-/// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
-/// a host gone takes its blocks out of answers at once; getCacheLocationLen counts the same.
 /// reportEvent's body is decoded borrowing its strings where JSON allows: strings with escapes,
 /// a null list, a batch large enough to be prepared, and bodies of the wrong types still
 /// answer as every other RPC's do.
@@ -860,6 +856,16 @@ async fn report_bodies_with_escapes_nulls_and_wrong_types_decode_as_any_message(
     let (http, r) = post(body(100..170)).await;
     assert_eq!((http, code(&r)), (200, "OK"), "{r}");
     assert_eq!(api.metric("kvcm_engine_blocks_prepared_total").await - before, 70.0, "the batch was prepared");
+    // Null lists: no events (OK, nothing to do), an add without specs (that item fails alone).
+    let (http, r) = post(format!(r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "events": null}}"#)).await;
+    assert_eq!((http, code(&r)), (200, "OK"), "{r}");
+    let (http, r) = post(format!(
+        r#"{{"instance_id": "{inst}", "host_ip_port": "h:1", "storage_type": "ST_EVENT_REPORT_L1P5", "events": [
+            {{"event_type": "EVENT_BLOCK_ADD", "block_add": {{"block_key": "9", "medium": "gpu", "specs": null}}}}]}}"#
+    ))
+    .await;
+    assert_eq!((http, code(&r)), (200, "INVALID_ARGUMENT"), "{r}");
+    assert!(message(&r).contains("specs is empty"), "{r}");
     for k in [10, 1000, 1690] {
         assert_eq!(hosts(api, inst, &[k], &["gpu"]).await, vec![("h:1".into(), 1, 0, 1)], "block {k}");
         assert_eq!(only_specs(api, inst, k).await, tp0_specs(&format!("x://e\"{}", k / 10)), "block {k}");
@@ -892,6 +898,10 @@ async fn report_bodies_with_escapes_nulls_and_wrong_types_decode_as_any_message(
     assert_eq!(hash_len(api, inst, "engine").await, 71);
 }
 
+/// getCacheLocation sees engine-held blocks too (Tair's visibility): a block no storage holds
+/// and a live engine does reads as that engine's location (`ST_EVENT_REPORT_*`, its specs, its
+/// URIs with `s_version`), an L2 holder first; kvcm's own locations come first where both exist;
+/// a host gone takes its blocks out of answers at once; getCacheLocationLen counts the same.
 #[tokio::test]
 async fn get_cache_location_answers_live_engine_held_blocks_by_tairs_visibility_rules() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;

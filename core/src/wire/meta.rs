@@ -354,11 +354,12 @@ pub struct ReportEventRequest {
 }
 
 /// [`ReportEventRequest`] as the HTTP handler decodes it (each type named as its owned one, so
-/// that error messages read the same): the strings of block adds — nearly all
-/// of a large request — borrowed from the request body where JSON allows (no escapes), so
-/// decoding 20,000 adds allocates two small blocks per add rather than six and frees them as
-/// cheaply (docs/benchmarks.md, "Specs kept per block"). Accepts exactly what
-/// [`ReportEventRequest`] accepts; the other payloads, rare, are decoded as their owned types.
+/// that error messages read the same): the strings of block adds — nearly all of a large
+/// request — borrowed from the request body where JSON allows (no escapes), so decoding 20,000
+/// adds allocates two small blocks per add rather than six (docs/benchmarks.md, "The body
+/// decoded borrowing its strings"). Accepts exactly what [`ReportEventRequest`] accepts (a test
+/// below decodes the same bodies both ways); the other payloads, rare, are decoded as their
+/// owned types.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, expecting = "struct ReportEventRequest")]
 pub struct ReportEventBody<'a> {
@@ -417,36 +418,52 @@ impl ReportEventRequest {
     /// worker's vLLM ingestion does): block adds borrow their strings, the other payloads are
     /// cloned.
     pub fn body(&self) -> ReportEventBody<'_> {
-        let events = self
-            .events
+        // Destructured whole, so that a field added to the owned messages does not compile
+        // until the borrowed ones decode it too.
+        let ReportEventRequest { trace_id, instance_id, host_ip_port, events, storage_type } = self;
+        let events = events
             .iter()
-            .map(|e| EventRef {
-                event_type: e.event_type,
-                node_register: e.node_register.clone(),
-                block_add: e.block_add.as_ref().map(|a| {
-                    Box::new(BlockAddRef {
-                        block_key: Cow::Borrowed(&a.block_key),
-                        uri: Cow::Borrowed(&a.uri),
-                        medium: Cow::Borrowed(&a.medium),
-                        specs: a
-                            .specs
-                            .iter()
-                            .map(|s| SpecRef { name: Cow::Borrowed(&s.name), uri: Cow::Borrowed(&s.uri) })
-                            .collect(),
-                    })
-                }),
-                block_delete: e.block_delete.clone(),
-                host_down: e.host_down.clone(),
-                heartbeat: e.heartbeat.clone(),
-                block_snapshot: e.block_snapshot.clone(),
+            .map(|e| {
+                let EventItem {
+                    event_type,
+                    node_register,
+                    block_add,
+                    block_delete,
+                    host_down,
+                    heartbeat,
+                    block_snapshot,
+                } = e;
+                EventRef {
+                    event_type: *event_type,
+                    node_register: node_register.clone(),
+                    block_add: block_add.as_deref().map(|a| {
+                        let BlockAddEventParams { block_key, uri, medium, specs } = a;
+                        Box::new(BlockAddRef {
+                            block_key: Cow::Borrowed(block_key),
+                            uri: Cow::Borrowed(uri),
+                            medium: Cow::Borrowed(medium),
+                            specs: specs
+                                .iter()
+                                .map(|s| {
+                                    let super::common::LocationSpec { name, uri } = s;
+                                    SpecRef { name: Cow::Borrowed(name), uri: Cow::Borrowed(uri) }
+                                })
+                                .collect(),
+                        })
+                    }),
+                    block_delete: block_delete.clone(),
+                    host_down: host_down.clone(),
+                    heartbeat: heartbeat.clone(),
+                    block_snapshot: block_snapshot.clone(),
+                }
             })
             .collect();
         ReportEventBody {
-            trace_id: Cow::Borrowed(&self.trace_id),
-            instance_id: Cow::Borrowed(&self.instance_id),
-            host_ip_port: Cow::Borrowed(&self.host_ip_port),
+            trace_id: Cow::Borrowed(trace_id),
+            instance_id: Cow::Borrowed(instance_id),
+            host_ip_port: Cow::Borrowed(host_ip_port),
             events,
-            storage_type: self.storage_type,
+            storage_type: *storage_type,
         }
     }
 }
@@ -508,4 +525,64 @@ pub struct HostCacheMatch {
 pub struct GetHostCacheStateResponse {
     /// Hosts holding at least the first block, by host_ip_port.
     pub hosts: Vec<HostCacheMatch>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes `body` both ways: the same message, or the same error.
+    fn same(body: &str) {
+        let owned = serde_json::from_str::<ReportEventRequest>(body);
+        let borrowed = serde_json::from_str::<ReportEventBody>(body);
+        match (owned, borrowed) {
+            (Ok(o), Ok(b)) => assert_eq!(format!("{:?}", o.body()), format!("{b:?}"), "{body}"),
+            (Err(o), Err(b)) => assert_eq!(o.to_string(), b.to_string(), "{body}"),
+            (o, b) => panic!("{body}: owned {:?}, borrowed {:?}", o.map(|_| ()), b.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn the_borrowed_report_event_decodes_exactly_as_the_owned_one() {
+        let full = r#"{"trace_id": "t\u0031", "instance_id": "i", "host_ip_port": "h:1",
+            "storage_type": "ST_EVENT_REPORT_L2", "unknown": [1, {"x": null}], "events": [
+            {"event_type": "EVENT_NODE_REGISTER", "node_register": {"mediums": ["gpu", "c\"pu"]}},
+            {"event_type": 5, "heartbeat": {"system_status": {"k": "v"}}},
+            {"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "12", "uri": "", "medium": "g\u0070u",
+                "specs": [{"name": "tp0", "uri": "x://a\/b"}, {"name": "tp1", "uri": "y://\u00e9"}]}},
+            {"event_type": "EVENT_BLOCK_ADD", "block_add": {"block_key": "13", "medium": "gpu", "specs": null}},
+            {"event_type": "EVENT_BLOCK_DELETE", "block_delete": {"block_key": "12", "medium": "gpu", "spec_names": ["tp0"]}},
+            {"event_type": "EVENT_BLOCK_SNAPSHOT", "block_snapshot": {"blocks": [{"block_key": "1", "medium": "gpu",
+                "specs": [{"name": "tp0", "uri": "x://1"}]}]}},
+            {"event_type": "EVENT_HOST_DOWN", "host_down": {}},
+            {"block_add": {"block_key": "14", "medium": "gpu", "extra": 1, "specs": [{"name": "tp0", "uri": "x://1", "more": true}]}}
+        ]}"#;
+        same(full);
+        // Every prefix of it (truncated bodies), and wrong types in each place.
+        for end in 0..full.len() {
+            if full.is_char_boundary(end) {
+                same(&full[..end]);
+            }
+        }
+        for body in [
+            r#"{"events": null}"#,
+            r#"{"events": {}}"#,
+            r#"{"events": [null]}"#,
+            r#"{"events": ["x"]}"#,
+            r#"{"instance_id": 7}"#,
+            r#"{"instance_id": null}"#,
+            r#"{"events": [{"block_add": "x"}]}"#,
+            r#"{"events": [{"block_add": {"block_key": 5}}]}"#,
+            r#"{"events": [{"block_add": {"uri": 3}}]}"#,
+            r#"{"events": [{"block_add": {"specs": ["x"]}}]}"#,
+            r#"{"events": [{"block_add": {"specs": [{"name": null}]}}]}"#,
+            r#"{"events": [{"block_add": {"medium": "\ud800"}}]}"#,
+            r#"{"events": [{"event_type": "EVENT_NOPE"}]}"#,
+            r#"{"events": [], "events": []}"#,
+            r#"{"events": [{"block_add": {"block_key": "1", "block_key": "2"}}]}"#,
+            r#"["i", "h", []]"#,
+        ] {
+            same(body);
+        }
+    }
 }
