@@ -163,7 +163,9 @@ fn text(field: &str, value: &str, max: usize) -> std::result::Result<(), String>
     if value.is_empty() || value.len() > max {
         return Err(format!("{field} must have 1..={max} bytes, has {}", value.len()));
     }
-    if value.contains('\0') || value.chars().any(char::is_control) {
+    // Printable ASCII (every block key, medium, name and URI an engine sends) has no control
+    // character; anything else is checked character by character.
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) && value.chars().any(char::is_control) {
         return Err(format!("{field} '{}' must not contain control characters", value.escape_debug()));
     }
     Ok(())
@@ -1191,5 +1193,21 @@ impl DataPlane {
         out.push(Cow::Owned(mids));
         out.extend(specs);
         Ok(Some((out, order)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_fields_refuse_control_characters_and_take_any_other() {
+        for ok in ["gpu", "x://h/1?size=4096", "~ !", "tp\u{e9}", "\u{a0}", "\u{10ffff}"] {
+            assert_eq!(text("f", ok, 64), Ok(()), "{ok:?}");
+        }
+        for bad in ["\0", "a\u{1f}", "\u{7f}", "\u{80}", "x\u{85}y", "\u{9f}", "\t", ""] {
+            assert!(text("f", bad, 64).is_err(), "{bad:?}");
+        }
+        assert!(text("f", &"a".repeat(65), 64).is_err());
     }
 }
