@@ -10,7 +10,8 @@
 # each, GIT_REV first, printing every run's lines under a header with the build and the load.
 # Example (docs/benchmarks.md, "Specs kept per block"):
 #   infra/ab-bench.sh 0a6b8ae 3 -- events --sizes 20000 --rounds 5 --requests 50 --hosts 4
-# Environment: AB_VALKEY_PORT (7701: cluster 7701..7703).
+# Environment: AB_VALKEY_PORT (7701: cluster 7701..7703). The worktree stays for the next
+# comparison; `git worktree remove .kvcm/ab/<sha>` deletes it.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [ $# -ge 3 ] || die "usage: infra/ab-bench.sh GIT_REV [RUNS] -- KVCM_BENCH_ARGS..."
 rev="$1"
