@@ -14,8 +14,13 @@
 --   | storage id u16 LE | spec group u8
 --   (0 = every spec, k = location_spec_groups[k-1]) | session seq u32 LE | written unix s u32 LE
 --   | blkid u16 LE (65535 = not packed) | [file first key 8 bytes | file member hash u32 LE]
--- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> access count), `itouch`
--- (interior block -> last access ms as the deepest block of a read).
+-- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> LFU-DA priority: the aging
+-- clock plus one when it was written, or its last child's priority plus its own count when it
+-- became a leaf again; plus one per read since), `itouch` (interior block -> last access ms as
+-- the deepest block of a read; and `<block>n` -> the block's count: reads whose deepest block
+-- it was, plus the counts of its evicted children — so when a prefix becomes a leaf, its count
+-- is every read that went through it, as LFU counts it, though a read touches one block:
+-- touch.lua).
 -- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks, lfu_clock = the
 -- LFU aging clock (the score of the last leaf evicted by frequency; new leaves start above it,
 -- so old popularity fades as the clock rises: LFU with dynamic aging).
@@ -85,9 +90,10 @@ end
 local function unlink_serving(K, key, rec)
   local score = tonumber(redis.call('ZSCORE', K.lru, key) or redis.call('ZSCORE', K.itouch, key) or '0')
   local freq = tonumber(redis.call('ZSCORE', K.lfu, key) or '1')
+  local count = tonumber(redis.call('ZSCORE', K.itouch, key .. 'n') or '0')
   redis.call('ZREM', K.lru, key)
   redis.call('ZREM', K.lfu, key)
-  redis.call('ZREM', K.itouch, key)
+  redis.call('ZREM', K.itouch, key, key .. 'n')
   local parent = rec_parent(rec)
   if not parent or parent == key then return end
   local prec = redis.call('HGET', K.blocks, parent)
@@ -100,13 +106,17 @@ local function unlink_serving(K, key, rec)
     return
   end
   redis.call('HSET', K.blocks, parent, rec_set_children(prec, c))
-  if c == 0 and has_state(prec, 'S') then
+  if not has_state(prec, 'S') then return end
+  if c == 0 then
     local own = tonumber(redis.call('ZSCORE', K.itouch, parent) or '0')
     if own > score then score = own end
+    local pcount = tonumber(redis.call('ZSCORE', K.itouch, parent .. 'n') or '0')
     redis.call('ZADD', K.lru, score, parent)
-    redis.call('ZADD', K.lfu, 'NX', freq, parent)
+    redis.call('ZADD', K.lfu, 'NX', freq + pcount, parent)
     redis.call('ZREM', K.itouch, parent)
   end
+  -- The reads that went through this block went through its parent too.
+  if count > 0 then redis.call('ZINCRBY', K.itouch, count, parent .. 'n') end
 end
 
 -- Whether a record holds a location a new write must not shadow (writing, serving, or being

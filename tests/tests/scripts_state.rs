@@ -35,21 +35,42 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     })
     .await;
     assert!(bumped.is_some(), "lfu count of the leaf reaches 2");
-    // A read that ends inside the chain remembers the interior touch instead.
+    // ... and its count of reads (`<key>n` in itouch).
+    let count = |k: i64| [field(k), b"n".to_vec()].concat();
+    assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(3), 1.0)]);
+    // A read that ends inside the chain remembers the interior touch instead, and counts too.
     fx.get("QT_PREFIX_MATCH", &[1, 2], json!({})).await;
     let touched = eventually(std::time::Duration::from_secs(5), || async {
-        let it = zset(&format!("{p}itouch")).await;
-        (it.len() == 1 && it[0].0 == field(2)).then_some(it[0].1)
+        let it: HashMap<Vec<u8>, f64> = zset(&format!("{p}itouch")).await.into_iter().collect();
+        (it.len() == 3 && it.get(&count(2)) == Some(&1.0)).then(|| it[&field(2)])
     })
     .await
     .expect("interior touch of block 2");
-    // Removing the leaf makes its parent the leaf, with the newer of the two recencies.
+    // Removing the leaf makes its parent the leaf, with the newer of the two recencies, its
+    // child's priority plus its own count, and the child's count added to its own (the read of
+    // 3 went through 2).
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [3]})).await);
     let lru = zset(&format!("{p}lru")).await;
     assert_eq!(lru.len(), 1);
     assert_eq!(lru[0].0, field(2));
     assert!(lru[0].1 >= touched);
-    assert!(zset(&format!("{p}itouch")).await.is_empty());
+    assert_eq!(zset(&format!("{p}lfu")).await, vec![(field(2), 3.0)]);
+    assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(2), 2.0)]);
+    // A touch that arrives after its block was removed leaves nothing behind.
+    let r: Vec<i64> = redis::cmd("EVALSHA")
+        .arg(kvcm_core::scripts::TOUCH.script().get_hash())
+        .arg(4)
+        .arg(format!("{p}blocks"))
+        .arg(format!("{p}lru"))
+        .arg(format!("{p}lfu"))
+        .arg(format!("{p}itouch"))
+        .arg(field(3))
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(r, vec![1, 0]);
+    assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(2), 2.0)]);
     let usage: HashMap<String, i64> = redis::cmd("HGETALL").arg(format!("{p}usage")).query_async(&mut c).await.unwrap();
     assert_eq!(usage.values().copied().collect::<std::collections::BTreeSet<_>>(), [2, 256].into(), "{usage:?}");
 }

@@ -441,6 +441,59 @@ async fn two_workers_share_the_deletions() {
     assert!(a > 0.0 && b > 0.0, "both workers took a share: {a} / {b}");
 }
 
+/// kvcm's LFU ranks a prefix by every read that went through it, though a read counts only at
+/// its deepest block: the counts of a shared prompt's evicted suffixes pass up to it. It used
+/// to inherit only its last child's priority, so a prompt that six conversations had read went
+/// before one-off chains each read as often as one conversation (live, on a generated chat
+/// workload, LFU then kept fewer hits than LRU: docs/optimizer.md, "LFU live").
+#[tokio::test]
+async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
+    let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
+    let limits = kvcm_core::store::Limits { max_keys_per_request: 100, ..Default::default() };
+    let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
+    let prompt = [1i64, 2, 3, 4];
+    let chain = |c: i64| (c * 100..c * 100 + 4).collect::<Vec<_>>();
+    let conversation = |c: i64| prompt.iter().copied().chain(chain(c)).collect::<Vec<_>>();
+    for c in 1..=6 {
+        fx.write(&conversation(c)).await;
+    }
+    for c in 11..=16 {
+        fx.write(&chain(c)).await;
+    }
+    // Every leaf read twice: the conversations through the prompt, the one-offs alone.
+    for _ in 0..2 {
+        for c in 1..=6 {
+            assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &conversation(c), json!({})).await).len(), 8);
+        }
+        for c in 11..=16 {
+            assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &chain(c), json!({})).await).len(), 4);
+        }
+    }
+    let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
+    wait_until("every read is counted", 5, || async {
+        let mut c = valkey().await;
+        let leaves: Vec<(Vec<u8>, f64)> =
+            redis::cmd("ZRANGE").arg(&lfu).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await.unwrap();
+        leaves.len() == 12 && leaves.iter().all(|(_, s)| *s == 3.0)
+    })
+    .await;
+    // 28 of the 52 blocks go. All twelve leaves tie, the conversations' keys sort first: their
+    // suffixes go (24 blocks), and then the prompt, a leaf now, holds the twelve reads of
+    // them and outranks the one-offs, of which one chain goes.
+    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
+    let evicted = data
+        .evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Lfu, 28, None, None, &lease, 0, 0)
+        .await
+        .unwrap()
+        .expect("the lease is held");
+    assert_eq!(evicted.blocks, 28);
+    let all: Vec<i64> = prompt.iter().copied().chain((11..=16).flat_map(chain)).collect();
+    let kept = Fixture::real(&fx.get("QT_BATCH_GET", &all, json!({})).await);
+    assert_eq!(&kept[..4], [true; 4], "the shared prompt is kept: {kept:?}");
+    assert_eq!(kept[4..].iter().filter(|k| **k).count(), 20, "one one-off chain went: {kept:?}");
+}
+
 #[tokio::test]
 async fn lfu_popularity_fades_as_the_aging_clock_rises() {
     let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;

@@ -411,7 +411,7 @@ impl DataPlane {
             Selection::Window(s, e) => (*s..*e).collect(),
         };
         if let Some(&i) = returned.iter().rev().find(|&&i| children[i].is_some()) {
-            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0));
+            self.touch(&inst.instance_id, blocks[i]);
         }
         let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
         let out: Vec<_> = match selection {
@@ -528,29 +528,36 @@ impl DataPlane {
         // Recency is kvcm's own blocks' (an engine-held block is the engine's business): the
         // deepest block a storage holds.
         if let Some(i) = deepest.filter(|_| sink.touches()) {
-            let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
-            self.touch(&inst.instance_id, blocks[i], leaf);
+            self.touch(&inst.instance_id, blocks[i]);
         }
         Ok(stats)
     }
 
-    /// Recency/frequency bookkeeping for one block, off the request's critical path: a leaf's
-    /// scores are updated in place (XX: an evicted leaf is never re-added); an interior block's
-    /// touch is remembered for when it becomes a leaf.
-    fn touch(&self, instance_id: &str, block: i64, leaf: bool) {
+    /// Recency/frequency bookkeeping for the deepest block a read hit, off the request's
+    /// critical path (`lua/touch.lua`: a leaf's scores are bumped, an interior block's touch and
+    /// count remembered for when it becomes a leaf; a block gone meanwhile is left alone).
+    fn touch(&self, instance_id: &str, block: i64) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
         let field = block_field(block);
-        let now = now_ms();
+        let now = now_ms().to_string();
         tokio::spawn(async move {
-            let mut pipe = redis::pipe();
-            if leaf {
-                pipe.cmd("ZADD").arg(&keys.lru).arg("XX").arg(now).arg(&field[..]).ignore();
-                pipe.cmd("ZADD").arg(&keys.lfu).arg("XX").arg("INCR").arg(1).arg(&field[..]).ignore();
-            } else {
-                pipe.cmd("ZADD").arg(&keys.itouch).arg(now).arg(&field[..]).ignore();
-            }
-            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+            let script = &crate::scripts::TOUCH;
+            let mut eval = redis::cmd("EVALSHA");
+            eval.arg(script.script().get_hash()).arg(4);
+            eval.arg(&keys.blocks).arg(&keys.lru).arg(&keys.lfu).arg(&keys.itouch);
+            eval.arg(&field[..]).arg(&now);
+            let r = match eval.query_async::<redis::Value>(&mut conn).await {
+                // A node restarted or promoted without the script (which therefore did not run).
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    match redis::cmd("SCRIPT").arg("LOAD").arg(script.source()).query_async::<String>(&mut conn).await {
+                        Ok(_) => eval.query_async::<redis::Value>(&mut conn).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                other => other,
+            };
+            if let Err(e) = r {
                 tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
             }
         });
