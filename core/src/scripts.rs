@@ -198,7 +198,6 @@ scripts! {
     REDRIVE_DEAD_LETTERS => "redrive_dead_letters.lua",
     EXPAND_TRASH => "expand_trash.lua",
     EVICT => "evict.lua",
-    TOUCH => "touch.lua",
     REPORT_EVENT => "report_event.lua",
     PRUNE_ENGINE => "prune_engine.lua",
     REAP_REPORTERS => "reap_reporters.lua",

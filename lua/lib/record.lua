@@ -19,8 +19,8 @@
 -- became a leaf again; plus one per read since), `itouch` (interior block -> last access ms as
 -- the deepest block of a read; and `<block>n` -> the block's count: reads whose deepest block
 -- it was, plus the counts of its evicted children — so when a prefix becomes a leaf, its count
--- is every read that went through it, as LFU counts it, though a read touches one block:
--- touch.lua).
+-- is every read that went through it, as LFU counts it, though a read touches one block: the
+-- read's touch in core/src/store/get_cache_location.rs).
 -- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks, lfu_clock = the
 -- LFU aging clock (the score of the last leaf evicted by frequency; new leaves start above it,
 -- so old popularity fades as the clock rises: LFU with dynamic aging).

@@ -1,6 +1,8 @@
 //! `kvcm-replay` against a real kvcm-api and kvcm-worker: the hit rate kvcm serves to a fleet of
 //! engines replaying a slice of the shared Mooncake trace agrees with the optimizer's prediction
-//! for the same slice, capacity and policy, within the tolerance `docs/replay.md` derives.
+//! for the same slice, capacity and policy, within the tolerance `docs/replay.md` derives; and
+//! kvcm's LFU, replayed on a generated chat workload, serves what the optimizer's `leaf_lfu`
+//! predicts (docs/optimizer.md, "LFU live").
 //!
 //! The test can fail both ways: without eviction (no reclaimer, or a watermark ignored) the hit
 //! rate climbs to the unbounded-cache rate, and with refused or lost writes it falls far below the
@@ -33,10 +35,53 @@ const SPEEDUP: &str = "40";
 const BACKPRESSURE_OVER: &str = "0.05";
 /// Allowed |observed − predicted| in hit-rate points (0–1), derived in docs/replay.md.
 const TOLERANCE: f64 = 0.02;
+/// How far under `leaf_lfu` live LFU may land, in points (0–1): it measured 2.1–4.0 points under
+/// it on this workload and speed, a gap not yet explained (docs/optimizer.md, "LFU live"), where
+/// live LRU lands above `leaf_lru`. Above it, the usual [`TOLERANCE`].
+const LFU_BELOW: f64 = 0.05;
+/// How far above `leaf_lru` live LFU must land: what the fix of "LFU live" bought (before it,
+/// live LFU kept fewer hits than `leaf_lru`; now 5–7 points more on this workload).
+const LFU_OVER_LRU: f64 = 0.03;
 
 /// The shared Mooncake trace, vendored in tests/data/traces (see its README).
 fn shared_trace() -> std::path::PathBuf {
     repo_root().join("tests/data/traces/mooncake_synthetic_trace.jsonl")
+}
+
+/// Runs `kvcm-replay --setup` of the first `requests` of `trace` against a fresh kvcm-api and
+/// kvcm-worker (reclaim rounds every 50 ms: at this speed-up ~3,000 blocks arrive per second,
+/// and what arrives between two rounds is capacity the optimizer does not have,
+/// docs/replay.md), with back-pressure; returns the JSON report, checked for completeness.
+fn replay(trace: &std::path::Path, slice: &Trace, capacity: usize, policy: &str, extra: &[&str]) -> Value {
+    let api = Api::start();
+    let worker = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "50")]);
+    let root = repo_root().join(".kvcm/test-data").join(unique("replay"));
+    let requests = slice.requests().to_string();
+    let out = Command::new(bin_path("kvcm-replay"))
+        .args(["--trace", trace.to_str().unwrap(), "--requests", &requests])
+        .args(["--meta", &api.meta, "--admin", &api.admin, "--setup", "--storage-root", root.to_str().unwrap()])
+        .args(["--capacity-blocks", &capacity.to_string(), "--policy", policy, "--block-bytes", "64", "--write-bytes"])
+        .args(["--speedup", SPEEDUP, "--concurrency", "16", "--json", "--no-progress"])
+        .args(["--backpressure-metrics", &format!("{}/metrics", worker.metrics)])
+        .args(["--backpressure-over", BACKPRESSURE_OVER, "--backpressure-timeout-s", "60"])
+        .args(extra)
+        .output()
+        .expect("run kvcm-replay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvcm-replay failed:\n{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    eprintln!(
+        "{policy}: observed {:.4} at {capacity} blocks; refused {}, in flight {}, errors {}; back-pressure: {} pauses, {:.0} ms",
+        report["hit_rate"].as_f64().unwrap_or(f64::NAN),
+        report["write_refused_blocks"],
+        report["in_flight_blocks"],
+        report["errors"],
+        report["backpressure_pauses"],
+        report["backpressure_paused_ms"].as_f64().unwrap_or(0.0)
+    );
+    assert_eq!(report["requests"], slice.requests() as u64, "{report:#}");
+    assert_eq!(report["requested_blocks"], slice.accesses() as u64, "{report:#}");
+    report
 }
 
 #[test]
@@ -54,42 +99,47 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
         unbounded - predicted > 4.0 * TOLERANCE,
         "the slice cannot tell eviction from none: predicted {predicted:.4}, unbounded {unbounded:.4}"
     );
-
-    let api = Api::start();
-    // Rounds every 50 ms: at this speed-up ~3,000 blocks arrive per second, and what arrives
-    // between two rounds is capacity the optimizer does not have (docs/replay.md).
-    let worker = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "50")]);
-    let root = repo_root().join(".kvcm/test-data").join(unique("replay"));
-    let out = Command::new(bin_path("kvcm-replay"))
-        .args(["--trace", trace_path.to_str().unwrap(), "--requests", &REQUESTS.to_string()])
-        .args(["--meta", &api.meta, "--admin", &api.admin, "--setup", "--storage-root", root.to_str().unwrap()])
-        .args(["--capacity-blocks", &capacity.to_string(), "--policy", "lru", "--block-bytes", "64", "--write-bytes"])
-        .args(["--speedup", SPEEDUP, "--concurrency", "16", "--json", "--no-progress"])
-        .args(["--backpressure-metrics", &format!("{}/metrics", worker.metrics)])
-        .args(["--backpressure-over", BACKPRESSURE_OVER, "--backpressure-timeout-s", "60"])
-        .output()
-        .expect("run kvcm-replay");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kvcm-replay failed:\n{stderr}");
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-
+    let report = replay(&trace_path, &slice, capacity, "lru", &[]);
     let observed = report["hit_rate"].as_f64().unwrap();
-    eprintln!(
-        "observed {observed:.4}, leaf_lru predicted {predicted:.4} at {capacity} blocks, unbounded {unbounded:.4}; \
-         refused {}, in flight {}, errors {}; back-pressure: {} pauses, {:.0} ms",
-        report["write_refused_blocks"],
-        report["in_flight_blocks"],
-        report["errors"],
-        report["backpressure_pauses"],
-        report["backpressure_paused_ms"].as_f64().unwrap_or(0.0)
-    );
-    assert_eq!(report["requests"], REQUESTS as u64, "{report:#}");
-    assert_eq!(report["requested_blocks"], slice.accesses() as u64, "{report:#}");
     // The replay's own prediction is the optimizer's, for the same slice.
     assert!((report["predicted"]["leaf_lru"].as_f64().unwrap() - predicted).abs() < 1e-12, "{report:#}");
     assert!(
         (observed - predicted).abs() <= TOLERANCE,
         "observed hit rate {observed:.4} vs leaf_lru prediction {predicted:.4} at {capacity} blocks \
          (tolerance {TOLERANCE}; unbounded {unbounded:.4}):\n{report:#}"
+    );
+}
+
+/// kvcm's LFU is the optimizer's `leaf_lfu`, live: on a generated chat workload at a small
+/// capacity, where `leaf_lfu` keeps far more than `leaf_lru` (shared system prompts read through
+/// by every conversation), the replayed hit rate lands within `LFU_BELOW` under `leaf_lfu` (or
+/// `TOLERANCE` over it) and at least `LFU_OVER_LRU` over `leaf_lru`. Before a read's count reached
+/// the prefixes it went through, live LFU landed below `leaf_lru`, and this test failed.
+#[test]
+fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
+    let requests = kvcm_optimizer::workload::generate(kvcm_optimizer::workload::WorkloadKind::Chat, 2000, 1);
+    let dir = repo_root().join(".kvcm/test-data").join(unique("replay-chat"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace_path = dir.join("chat.jsonl");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&trace_path).unwrap());
+    kvcm_optimizer::workload::write_mooncake(&requests, &mut file).unwrap();
+    drop(file);
+    let slice = Trace::read(&trace_path, TraceFormat::Mooncake).unwrap();
+    let capacity = (0.02 * slice.distinct_blocks() as f64).round() as usize;
+    let predict = |kind| kvcm_optimizer::simulate(&slice, kind, capacity, &PolicyParams::default(), None).hit_rate();
+    let (lfu, lru) = (predict(PolicyKind::LeafLfu), predict(PolicyKind::LeafLru));
+    assert!(
+        lfu - lru > LFU_BELOW + LFU_OVER_LRU,
+        "the workload cannot tell LFU from LRU: leaf_lfu {lfu:.4}, leaf_lru {lru:.4}"
+    );
+    // A conversation's context can outgrow twice this capacity (the default headroom): room for
+    // it, so that no write is refused (a refused write is a block the optimizer has).
+    let report = replay(&trace_path, &slice, capacity, "lfu", &["--headroom", "3"]);
+    let observed = report["hit_rate"].as_f64().unwrap();
+    assert!((report["predicted"]["leaf_lfu"].as_f64().unwrap() - lfu).abs() < 1e-12, "{report:#}");
+    assert!(
+        observed >= lfu - LFU_BELOW && observed <= lfu + TOLERANCE && observed >= lru + LFU_OVER_LRU,
+        "observed hit rate {observed:.4} vs leaf_lfu prediction {lfu:.4} at {capacity} blocks \
+         (allowed: {LFU_BELOW} under, {TOLERANCE} over, and {LFU_OVER_LRU} over leaf_lru {lru:.4}):\n{report:#}"
     );
 }

@@ -15,9 +15,14 @@ async fn zset(key: &str) -> Vec<(Vec<u8>, f64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await.unwrap()
 }
 
+/// A group that reclaims by LFU: its reads keep per-block read counts.
+fn lfu_group() -> serde_json::Value {
+    json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU"}}})
+}
+
 #[tokio::test]
 async fn usage_and_the_leaf_index_follow_writes_and_removals() {
-    let fx = Fixture::new(&[("tp0", 100), ("tp1", 28)], 1, json!({})).await;
+    let fx = Fixture::new(&[("tp0", 100), ("tp1", 28)], 1, lfu_group()).await;
     let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
     fx.write(&[1, 2, 3]).await;
     let mut c = valkey().await;
@@ -29,15 +34,15 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     assert_eq!(zset(&format!("{p}lfu")).await, vec![(field(3), 1.0)]);
     // A read whose deepest hit is the leaf bumps its recency and frequency, once.
     fx.get("QT_PREFIX_MATCH", &[1, 2, 3], json!({})).await;
+    // ... and its count of reads (`<key>n` in itouch) by one.
+    let count = |k: i64| [field(k), b"n".to_vec()].concat();
     let bumped = eventually(std::time::Duration::from_secs(5), || async {
         let lfu = zset(&format!("{p}lfu")).await;
-        (lfu == vec![(field(3), 2.0)]).then_some(())
+        let it = zset(&format!("{p}itouch")).await;
+        (lfu == vec![(field(3), 2.0)] && it == vec![(count(3), 1.0)]).then_some(())
     })
     .await;
-    assert!(bumped.is_some(), "lfu count of the leaf reaches 2");
-    // ... and its count of reads (`<key>n` in itouch).
-    let count = |k: i64| [field(k), b"n".to_vec()].concat();
-    assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(3), 1.0)]);
+    assert!(bumped.is_some(), "lfu priority of the leaf reaches 2, its count 1");
     // A read that ends inside the chain remembers the interior touch instead, and counts too.
     fx.get("QT_PREFIX_MATCH", &[1, 2], json!({})).await;
     let touched = eventually(std::time::Duration::from_secs(5), || async {
@@ -56,23 +61,27 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     assert!(lru[0].1 >= touched);
     assert_eq!(zset(&format!("{p}lfu")).await, vec![(field(2), 3.0)]);
     assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(2), 2.0)]);
-    // A touch that arrives after its block was removed leaves nothing behind.
-    let r: Vec<i64> = redis::cmd("EVALSHA")
-        .arg(kvcm_core::scripts::TOUCH.script().get_hash())
-        .arg(4)
-        .arg(format!("{p}blocks"))
-        .arg(format!("{p}lru"))
-        .arg(format!("{p}lfu"))
-        .arg(format!("{p}itouch"))
-        .arg(field(3))
-        .arg(1)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(r, vec![1, 0]);
-    assert_eq!(zset(&format!("{p}itouch")).await, vec![(count(2), 2.0)]);
     let usage: HashMap<String, i64> = redis::cmd("HGETALL").arg(format!("{p}usage")).query_async(&mut c).await.unwrap();
     assert_eq!(usage.values().copied().collect::<std::collections::BTreeSet<_>>(), [2, 256].into(), "{usage:?}");
+}
+
+/// Reads of a group that does not reclaim by LFU keep no read counts (the one `ZINCRBY` of the
+/// touch is LFU's alone), but still the recency and priority of the leaf and interior touches.
+#[tokio::test]
+async fn an_lru_groups_reads_keep_no_read_counts() {
+    let fx = Fixture::new(&[("tp0", 100)], 1, json!({})).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    fx.write(&[1, 2, 3]).await;
+    fx.get("QT_PREFIX_MATCH", &[1, 2, 3], json!({})).await;
+    fx.get("QT_PREFIX_MATCH", &[1, 2], json!({})).await;
+    let touched = eventually(std::time::Duration::from_secs(5), || async {
+        let lfu = zset(&format!("{p}lfu")).await;
+        let it = zset(&format!("{p}itouch")).await;
+        (lfu == vec![(field(3), 2.0)] && it.iter().any(|(k, _)| *k == field(2))).then_some(it)
+    })
+    .await
+    .expect("the leaf's priority bumped and the interior touch of block 2 remembered");
+    assert_eq!(touched.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), vec![field(2)], "no `<key>n` counts");
 }
 
 #[tokio::test]

@@ -448,7 +448,8 @@ async fn two_workers_share_the_deletions() {
 /// workload, LFU then kept fewer hits than LRU: docs/optimizer.md, "LFU live").
 #[tokio::test]
 async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
-    let fx = Fixture::new(&[("tp0", 10)], 1, json!({})).await;
+    let lfu_group = json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU"}}});
+    let fx = Fixture::new(&[("tp0", 10)], 1, lfu_group).await;
     let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
     let limits = kvcm_core::store::Limits { max_keys_per_request: 100, ..Default::default() };
     let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);

@@ -67,6 +67,16 @@ pub fn select(query: QueryType, hits: &[bool], mask: &BlockMask, sw_size: i32) -
 }
 
 /// Refuses a query `select` would refuse whatever the hits, before anything is read.
+/// Whether reads of `inst` keep per-block read counts: only where its group reclaims by LFU,
+/// the one policy that uses them (a prefix ranked by every read through it, lua/lib/record.lua);
+/// other groups' reads skip the `ZINCRBY`. A group switched to LFU starts counting then, and its
+/// prefixes are ranked by the reads since (as its aging clock forgets older ones anyway).
+fn counts_reads(snap: &Snapshot, inst: &InstanceInfo) -> bool {
+    snap.groups.get(&inst.instance_group_name).is_some_and(|g| {
+        g.cache_config.reclaim_strategy.reclaim_policy == crate::wire::admin::ReclaimPolicy::POLICY_LFU
+    })
+}
+
 fn check_query(query: QueryType, n: usize, mask: &BlockMask, sw_size: i32) -> Result<()> {
     if query == QueryType::QT_UNSPECIFIED {
         select(query, &[], mask, sw_size)?;
@@ -411,7 +421,7 @@ impl DataPlane {
             Selection::Window(s, e) => (*s..*e).collect(),
         };
         if let Some(&i) = returned.iter().rev().find(|&&i| children[i].is_some()) {
-            self.touch(&inst.instance_id, blocks[i]);
+            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0), counts_reads(snap, inst));
         }
         let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
         let out: Vec<_> = match selection {
@@ -528,36 +538,41 @@ impl DataPlane {
         // Recency is kvcm's own blocks' (an engine-held block is the engine's business): the
         // deepest block a storage holds.
         if let Some(i) = deepest.filter(|_| sink.touches()) {
-            self.touch(&inst.instance_id, blocks[i]);
+            let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
+            self.touch(&inst.instance_id, blocks[i], leaf, counts_reads(snap, inst));
         }
         Ok(stats)
     }
 
     /// Recency/frequency bookkeeping for the deepest block a read hit, off the request's
-    /// critical path (`lua/touch.lua`: a leaf's scores are bumped, an interior block's touch and
-    /// count remembered for when it becomes a leaf; a block gone meanwhile is left alone).
-    fn touch(&self, instance_id: &str, block: i64) {
+    /// critical path: a leaf's recency and LFU priority are updated in place (XX: an evicted
+    /// leaf is never re-added), an interior block's touch is remembered for when it becomes a
+    /// leaf, and, with `count` (an LFU group: [`counts_reads`]), the block's count of reads
+    /// (`<key>n` in itouch, lua/lib/record.lua) grows by one. A pipeline, not a script: a script
+    /// call costs Valkey ~2 µs more per read (docs/benchmarks.md, "The read's touch: a pipeline,
+    /// not a script"). The count is right whether or not the block is still a leaf when the
+    /// pipeline lands; a count added after the block was evicted stays until that key serves
+    /// again and is unlinked (as an interior touch always could).
+    fn touch(&self, instance_id: &str, block: i64, leaf: bool, count: bool) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
         let field = block_field(block);
-        let now = now_ms().to_string();
+        let now = now_ms();
         tokio::spawn(async move {
-            let script = &crate::scripts::TOUCH;
-            let mut eval = redis::cmd("EVALSHA");
-            eval.arg(script.script().get_hash()).arg(4);
-            eval.arg(&keys.blocks).arg(&keys.lru).arg(&keys.lfu).arg(&keys.itouch);
-            eval.arg(&field[..]).arg(&now);
-            let r = match eval.query_async::<redis::Value>(&mut conn).await {
-                // A node restarted or promoted without the script (which therefore did not run).
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    match redis::cmd("SCRIPT").arg("LOAD").arg(script.source()).query_async::<String>(&mut conn).await {
-                        Ok(_) => eval.query_async::<redis::Value>(&mut conn).await,
-                        Err(e) => Err(e),
-                    }
-                }
-                other => other,
-            };
-            if let Err(e) = r {
+            let mut pipe = redis::pipe();
+            if leaf {
+                pipe.cmd("ZADD").arg(&keys.lru).arg("XX").arg(now).arg(&field[..]).ignore();
+                pipe.cmd("ZADD").arg(&keys.lfu).arg("XX").arg("INCR").arg(1).arg(&field[..]).ignore();
+            } else {
+                pipe.cmd("ZADD").arg(&keys.itouch).arg(now).arg(&field[..]).ignore();
+            }
+            if count {
+                let mut member = [0u8; 9];
+                member[..8].copy_from_slice(&field);
+                member[8] = b'n';
+                pipe.cmd("ZINCRBY").arg(&keys.itouch).arg(1).arg(&member[..]).ignore();
+            }
+            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
                 tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
             }
         });

@@ -104,10 +104,11 @@ pub struct Args {
     /// two reclaim rounds).
     #[arg(long, default_value_t = 1.0)]
     pub headroom: f64,
-    /// Setup: reclaim policy, lru, lfu or ttl (kvcm's POLICY_*; its LRU is leaf-aware).
+    /// Setup: reclaim policy, lru, lfu or ttl (kvcm's POLICY_*; its LRU and LFU are leaf-aware).
     #[arg(long, default_value = "lru")]
     pub policy: String,
-    /// Optimizer policies to predict with (default: lru,leaf_lru for lru; lfu; ttl).
+    /// Optimizer policies to predict with (default: lru,leaf_lru for lru; lfu,leaf_lfu for lfu;
+    /// ttl).
     #[arg(long, value_delimiter = ',')]
     pub predict: Vec<PolicyKind>,
     /// TTL of the `ttl` prediction, in trace seconds (match it to the worker's `ttl_s` ×
@@ -197,7 +198,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
 
     let predict = if args.predict.is_empty() {
         match policy {
-            "POLICY_LFU" => vec![PolicyKind::Lfu],
+            "POLICY_LFU" => vec![PolicyKind::Lfu, PolicyKind::LeafLfu],
             "POLICY_TTL" => vec![PolicyKind::Ttl],
             _ => vec![PolicyKind::Lru, PolicyKind::LeafLru],
         }
