@@ -12,6 +12,7 @@
 -- KEYS[3] del_dead  the dead-letter stream
 -- KEYS[4] del_fail  hash entry id -> failed attempts, entry id ':t' -> next retry (ms),
 --                   entry id ':hung' -> 1 once an attempt timed out
+-- KEYS[5] icount    hash block -> LFU read count (dropped with a block that no longer serves)
 -- ARGV[1] consumer group name
 -- ARGV[2] entry id
 -- ARGV[3] block key (8 bytes), or '' for an entry without one (a packed file's own deletion)
@@ -26,8 +27,8 @@
 --          100000 ->
 --          B's record deleted (no children), del_dead += {k, l, r, error, attempts, entry = 5-0},
 --          5-0 acked and removed; reply {1, 1}.
-if #KEYS ~= 4 or #ARGV < 5 or (#ARGV - 5) % 2 ~= 0 then
-  return redis.error_reply('dead_letter: expected 4 keys, 5 args and field/value pairs')
+if #KEYS ~= 5 or #ARGV < 5 or (#ARGV - 5) % 2 ~= 0 then
+  return redis.error_reply('dead_letter: expected 5 keys, 5 args and field/value pairs')
 end
 local bound = tonumber(ARGV[5])
 if not bound or bound < 1 then return redis.error_reply('dead_letter: bad bound') end
@@ -35,7 +36,7 @@ if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return {1, -1} end
 if redis.call('XLEN', KEYS[3]) >= bound then return {1, -2} end
 local key, want = ARGV[3], ARGV[4]
 local released = 0
-if #key == 8 and (#want == 14 or #want == 26) then released = drop_deleting(KEYS[1], key, want) end
+if #key == 8 and (#want == 14 or #want == 26) then released = drop_deleting(KEYS[1], KEYS[5], key, want) end
 if #ARGV > 5 then
   redis.call('XADD', KEYS[3], '*', unpack(ARGV, 6))
 else

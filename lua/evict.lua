@@ -7,6 +7,7 @@
 -- KEYS[7] lease   the caller's reclaim lease (fencing: the call is refused if it is not theirs)
 -- KEYS[8] evict_last  string: the last call's id and reply, kept a minute, so that a call the
 --         client resends after its reply was lost answers the same instead of evicting again
+-- KEYS[9] icount  hash block -> LFU read count: an evicted leaf's passes to its parent
 -- ARGV[1] bytes per spec group, comma separated, index 0 = every spec
 -- ARGV[2] index: "lru" (least recent first) or "lfu" (least frequent first)
 -- ARGV[3] N, leaves per call (1..1000)
@@ -21,8 +22,9 @@
 --        is not the caller's any more: nothing done); a bad argument (a bug) is an error reply. With a storage filter, a call looks at no more than 4N
 --        leaves; the caller continues from `next offset` until `exhausted`.
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
---          when C went), lru = {A}; reply {1, 2, bytes}.
-if #KEYS ~= 8 or #ARGV ~= 9 then return redis.error_reply('evict: expected 8 keys, 9 args') end
+--          when C went), lru = {A}; reply {1, 2, bytes}. By "lfu" with icount = {B: 3, C: 2}
+--          and C's priority 5: C evicted, B a leaf with priority 5 + 3 = 8, icount = {B: 5}.
+if #KEYS ~= 9 or #ARGV ~= 9 then return redis.error_reply('evict: expected 9 keys, 9 args') end
 if ARGV[2] ~= 'lru' and ARGV[2] ~= 'lfu' then return redis.error_reply('evict: index must be lru or lfu') end
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n > 1000 then return redis.error_reply('evict: N must be within 1..1000') end
@@ -43,7 +45,8 @@ local before = ARGV[4]
 local only = tonumber(ARGV[5]) or 0
 local budget = tonumber(ARGV[7]) or 0
 local start = tonumber(ARGV[8]) or 0
-local K = {blocks = KEYS[1], usage = KEYS[2], lru = KEYS[3], lfu = KEYS[4], itouch = KEYS[5], del = KEYS[6]}
+local K = {blocks = KEYS[1], usage = KEYS[2], lru = KEYS[3], lfu = KEYS[4], itouch = KEYS[5], del = KEYS[6],
+  icount = KEYS[9]}
 local evicted, freed, scanned, exhausted = 0, 0, start, 0
 while evicted < n and scanned < start + n * 4 and (budget <= 0 or freed < budget) do
   local cand

@@ -143,6 +143,9 @@ pub struct InstanceKeys {
     pub lfu: String,
     /// Zset: interior block → last access (ms) as the deepest block of a read.
     pub itouch: String,
+    /// Hash: block key → its read count for LFU (reads that ended at it plus its evicted
+    /// children's counts; kept in groups that reclaim by LFU, `lua/lib/record.lua`).
+    pub icount: String,
     /// Stream: locations queued for physical deletion.
     pub del: String,
     /// Zset: open write session id → deadline (unix s).
@@ -184,6 +187,7 @@ impl InstanceKeys {
             lru: k("lru"),
             lfu: k("lfu"),
             itouch: k("itouch"),
+            icount: k("icount"),
             del: k("del"),
             sessions: k("sessions"),
             seq: k("seq"),
@@ -223,6 +227,7 @@ impl InstanceKeys {
             &self.lru,
             &self.lfu,
             &self.itouch,
+            &self.icount,
             &self.del,
             &self.sessions,
             &self.seq,

@@ -11,7 +11,7 @@ use kvcm_core::registry::Registry;
 use kvcm_core::store::get_cache_location::QueryType;
 use kvcm_core::store::{DataPlane, Limits};
 use kvcm_core::valkey::Access;
-use kvcm_core::wire::admin::{InstanceGroup, NfsStorageSpec, StorageConfig};
+use kvcm_core::wire::admin::{CacheConfig, InstanceGroup, NfsStorageSpec, ReclaimPolicy, StorageConfig};
 use kvcm_core::wire::{LocationSpecInfo, ModelDeployment, RegisterInstanceRequest};
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
@@ -59,6 +59,10 @@ enum Cmd {
         blocks: usize,
         #[arg(long, default_value_t = 20_000)]
         reads: usize,
+        /// The instance's group reclaims by LFU, so that reads also keep LFU's read counts
+        /// (one `HINCRBY` per read).
+        #[arg(long)]
+        lfu: bool,
     },
     /// Baseline for read-cpu, side by side: a plain HMGET of 128 fields from a hash of --fields
     /// 8-byte fields with --value-bytes values, no kvcm involved.
@@ -219,6 +223,11 @@ async fn register(registry: &Registry, instance: &str, specs: usize) -> Result<(
 
 impl Bench {
     async fn new(valkey: &str, specs: usize) -> Result<Bench> {
+        Self::with_group(valkey, specs, Default::default()).await
+    }
+
+    /// [`Self::new`] with the group's cache configuration (e.g. its reclaim policy).
+    async fn with_group(valkey: &str, specs: usize, cache_config: CacheConfig) -> Result<Bench> {
         let ns = format!("bench{:08x}", fastrand::u32(..));
         let mut config = valkey_config(valkey)?;
         config.valkey_timeout_ms = 5000;
@@ -235,6 +244,7 @@ impl Bench {
             .create_group(InstanceGroup {
                 name: "g".into(),
                 storage_candidates: vec!["files".into()],
+                cache_config,
                 ..Default::default()
             })
             .await?;
@@ -479,8 +489,12 @@ async fn run(args: Args) -> Result<()> {
             )?;
             b.cleanup().await?;
         }
-        Cmd::ReadCpu { blocks, reads } => {
-            let b = Bench::new(&args.valkey, 1).await?;
+        Cmd::ReadCpu { blocks, reads, lfu } => {
+            let mut cache_config = CacheConfig::default();
+            if lfu {
+                cache_config.reclaim_strategy.reclaim_policy = ReclaimPolicy::POLICY_LFU;
+            }
+            let b = Bench::with_group(&args.valkey, 1, cache_config).await?;
             let prompts = b.fill(blocks.div_ceil(128), 128, 1024).await?;
             let snap = b.registry.snapshot();
             let inst = b.registry.instance(&b.instance).await?;
@@ -503,8 +517,8 @@ async fn run(args: Args) -> Result<()> {
             }
             let (hc, hu) = command_stat(&mut node, "hmget").await?;
             let (zc, zu) = command_stat(&mut node, "zadd").await?;
-            // Read counts: kept only where the group reclaims by LFU (this bench's does not).
-            let (ic, iu) = command_stat(&mut node, "zincrby").await?;
+            // Read counts: kept only where the group reclaims by LFU (--lfu).
+            let (ic, iu) = command_stat(&mut node, "hincrby").await?;
             // Side by side on the same hash: the same HMGETs sent raw (no kvcm, no bookkeeping).
             let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
             let blocks_key = b.data.keys(&b.instance).blocks.clone();
@@ -520,7 +534,7 @@ async fn run(args: Args) -> Result<()> {
             println!("read-cpu: the same {reads} HMGETs sent raw: {:.2} us/call", ru / rc.max(1.0));
             println!(
                 "read-cpu: {reads} prefix reads of 128 blocks: HMGET {:.2} us/call ({hc} calls), ZADD {:.2} us/call ({zc} calls), \
-                 ZINCRBY {:.2} us/call ({ic} calls); Valkey CPU per read {:.2} us; client-side {:.0} reads/s serial",
+                 HINCRBY {:.2} us/call ({ic} calls); Valkey CPU per read {:.2} us; client-side {:.0} reads/s serial",
                 hu / hc.max(1.0),
                 zu / zc.max(1.0),
                 iu / ic.max(1.0),

@@ -17,10 +17,12 @@
 -- Eviction indexes: `lru` (leaf -> last access ms), `lfu` (leaf -> LFU-DA priority: the aging
 -- clock plus one when it was written, or its last child's priority plus its own count when it
 -- became a leaf again; plus one per read since), `itouch` (interior block -> last access ms as
--- the deepest block of a read; and `<block>n` -> the block's count: reads whose deepest block
--- it was, plus the counts of its evicted children — so when a prefix becomes a leaf, its count
--- is every read that went through it, as LFU counts it, though a read touches one block: the
--- read's touch in core/src/store/get_cache_location.rs).
+-- the deepest block of a read), `icount` (hash, block -> its count, in groups that reclaim by
+-- LFU: reads whose deepest block it was, plus the counts of its evicted children — so when a
+-- prefix becomes a leaf, its count is every read that went through it, as LFU counts it, though
+-- a read touches one block: the read's touch in core/src/store/get_cache_location.rs; dropped
+-- when the block is unlinked, and again when the deleter releases a block that no longer
+-- serves, in case a read's touch landed after the unlink).
 -- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks, lfu_clock = the
 -- LFU aging clock (the score of the last leaf evicted by frequency; new leaves start above it,
 -- so old popularity fades as the clock rises: LFU with dynamic aging).
@@ -78,7 +80,7 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- K: {blocks, usage, lru, lfu, itouch, del} key names.
+-- K: {blocks, usage, lru, lfu, itouch, icount, del} key names.
 local function usage_add(K, storage, bytes, blocks)
   redis.call('HINCRBY', K.usage, 'b' .. storage, bytes)
   redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
@@ -90,10 +92,11 @@ end
 local function unlink_serving(K, key, rec)
   local score = tonumber(redis.call('ZSCORE', K.lru, key) or redis.call('ZSCORE', K.itouch, key) or '0')
   local freq = tonumber(redis.call('ZSCORE', K.lfu, key) or '1')
-  local count = tonumber(redis.call('ZSCORE', K.itouch, key .. 'n') or '0')
+  local count = tonumber(redis.call('HGET', K.icount, key) or '0')
   redis.call('ZREM', K.lru, key)
   redis.call('ZREM', K.lfu, key)
-  redis.call('ZREM', K.itouch, key, key .. 'n')
+  redis.call('ZREM', K.itouch, key)
+  if count > 0 then redis.call('HDEL', K.icount, key) end
   local parent = rec_parent(rec)
   if not parent or parent == key then return end
   local prec = redis.call('HGET', K.blocks, parent)
@@ -110,13 +113,13 @@ local function unlink_serving(K, key, rec)
   if c == 0 then
     local own = tonumber(redis.call('ZSCORE', K.itouch, parent) or '0')
     if own > score then score = own end
-    local pcount = tonumber(redis.call('ZSCORE', K.itouch, parent .. 'n') or '0')
+    local pcount = tonumber(redis.call('HGET', K.icount, parent) or '0')
     redis.call('ZADD', K.lru, score, parent)
     redis.call('ZADD', K.lfu, 'NX', freq + pcount, parent)
     redis.call('ZREM', K.itouch, parent)
   end
   -- The reads that went through this block went through its parent too.
-  if count > 0 then redis.call('ZINCRBY', K.itouch, count, parent .. 'n') end
+  if count > 0 then redis.call('HINCRBY', K.icount, parent, count) end
 end
 
 -- Whether a record holds a location a new write must not shadow (writing, serving, or being
@@ -144,9 +147,10 @@ local function session_loc(sess, j)
 end
 
 -- Drops a location being deleted ('D' or 'X', matching `want` but for its state byte) from
--- `key`'s record in the hash `blocks`, deleting a record left with nothing to hold. Returns 1 if
--- it was there, else 0.
-local function drop_deleting(blocks, key, want)
+-- `key`'s record in the hash `blocks`, deleting a record left with nothing to hold, and the
+-- key's read count from the hash `icount` unless it serves again (a count a read's touch added
+-- after the block was unlinked would otherwise stay for good). Returns 1 if it was there, else 0.
+local function drop_deleting(blocks, icount, key, want)
   local rec = redis.call('HGET', blocks, key)
   if not rec then return 0 end
   for _, p in ipairs(locs(rec)) do
@@ -158,6 +162,7 @@ local function drop_deleting(blocks, key, want)
       else
         redis.call('HSET', blocks, key, rec)
       end
+      if not has_state(rec, 'S') then redis.call('HDEL', icount, key) end
       return 1
     end
   end

@@ -35,10 +35,11 @@ const SPEEDUP: &str = "40";
 const BACKPRESSURE_OVER: &str = "0.05";
 /// Allowed |observed − predicted| in hit-rate points (0–1), derived in docs/replay.md.
 const TOLERANCE: f64 = 0.02;
-/// How far under `leaf_lfu` live LFU may land, in points (0–1): it measured 2.1–4.0 points under
-/// it on this workload and speed, a gap not yet explained (docs/optimizer.md, "LFU live"), where
-/// live LRU lands above `leaf_lru`. Above it, the usual [`TOLERANCE`].
-const LFU_BELOW: f64 = 0.05;
+/// How far under `leaf_lfu` live LFU may land, in points (0–1): on this slice at this speed it
+/// measured 3.4–4.0 points under it in release builds (2.0–3.2 under `make test`), a gap not yet
+/// explained (docs/optimizer.md, "LFU live"), where live LRU lands above `leaf_lru`. Above it,
+/// the usual [`TOLERANCE`].
+const LFU_BELOW: f64 = 0.06;
 /// How far above `leaf_lru` live LFU must land: what the fix of "LFU live" bought (before it,
 /// live LFU kept fewer hits than `leaf_lru`; now 5–7 points more on this workload).
 const LFU_OVER_LRU: f64 = 0.03;
@@ -110,11 +111,13 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
     );
 }
 
-/// kvcm's LFU is the optimizer's `leaf_lfu`, live: on a generated chat workload at a small
+/// kvcm's LFU, live, against the optimizer's `leaf_lfu`: on a generated chat workload at a small
 /// capacity, where `leaf_lfu` keeps far more than `leaf_lru` (shared system prompts read through
 /// by every conversation), the replayed hit rate lands within `LFU_BELOW` under `leaf_lfu` (or
 /// `TOLERANCE` over it) and at least `LFU_OVER_LRU` over `leaf_lru`. Before a read's count reached
-/// the prefixes it went through, live LFU landed below `leaf_lru`, and this test failed.
+/// the prefixes it went through, live LFU landed below `leaf_lru` (39.1 against 41.1), and this
+/// test failed. The exact rules are pinned by tests/tests/worker.rs and scripts_state.rs; this
+/// one bounds what they buy end to end.
 #[test]
 fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
     let requests = kvcm_optimizer::workload::generate(kvcm_optimizer::workload::WorkloadKind::Chat, 2000, 1);

@@ -4,6 +4,7 @@
 
 use kvcm_tests::*;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::time::Duration;
 
 async fn int(cmd: &str, key: &str) -> i64 {
@@ -472,11 +473,18 @@ async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
         }
     }
     let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
+    let icount = instance_key(&fx.api.namespace, &fx.instance, "icount");
+    let counts = || async {
+        let mut c = valkey().await;
+        let n: HashMap<Vec<u8>, i64> = redis::cmd("HGETALL").arg(&icount).query_async(&mut c).await.unwrap();
+        n
+    };
     wait_until("every read is counted", 5, || async {
         let mut c = valkey().await;
         let leaves: Vec<(Vec<u8>, f64)> =
             redis::cmd("ZRANGE").arg(&lfu).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await.unwrap();
-        leaves.len() == 12 && leaves.iter().all(|(_, s)| *s == 3.0)
+        let n = counts().await;
+        leaves.len() == 12 && leaves.iter().all(|(_, s)| *s == 3.0) && n.len() == 12 && n.values().all(|v| *v == 2)
     })
     .await;
     // 28 of the 52 blocks go. All twelve leaves tie, the conversations' keys sort first: their
@@ -493,6 +501,11 @@ async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
     let kept = Fixture::real(&fx.get("QT_BATCH_GET", &all, json!({})).await);
     assert_eq!(&kept[..4], [true; 4], "the shared prompt is kept: {kept:?}");
     assert_eq!(kept[4..].iter().filter(|k| **k).count(), 20, "one one-off chain went: {kept:?}");
+    // The counts went up with the evictions: the prompt's last block holds the twelve reads
+    // through it, the evicted one-off chain's count went with its blocks, five remain.
+    let n = counts().await;
+    assert_eq!(n.get(4i64.to_be_bytes().as_slice()), Some(&12), "{n:?}");
+    assert_eq!(n.len(), 6, "{n:?}");
 }
 
 #[tokio::test]

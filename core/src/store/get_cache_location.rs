@@ -66,10 +66,9 @@ pub fn select(query: QueryType, hits: &[bool], mask: &BlockMask, sw_size: i32) -
     }
 }
 
-/// Refuses a query `select` would refuse whatever the hits, before anything is read.
 /// Whether reads of `inst` keep per-block read counts: only where its group reclaims by LFU,
 /// the one policy that uses them (a prefix ranked by every read through it, lua/lib/record.lua);
-/// other groups' reads skip the `ZINCRBY`. A group switched to LFU starts counting then, and its
+/// other groups' reads skip the `HINCRBY`. A group switched to LFU starts counting then, and its
 /// prefixes are ranked by the reads since (as its aging clock forgets older ones anyway).
 fn counts_reads(snap: &Snapshot, inst: &InstanceInfo) -> bool {
     snap.groups.get(&inst.instance_group_name).is_some_and(|g| {
@@ -77,6 +76,7 @@ fn counts_reads(snap: &Snapshot, inst: &InstanceInfo) -> bool {
     })
 }
 
+/// Refuses a query `select` would refuse whatever the hits, before anything is read.
 fn check_query(query: QueryType, n: usize, mask: &BlockMask, sw_size: i32) -> Result<()> {
     if query == QueryType::QT_UNSPECIFIED {
         select(query, &[], mask, sw_size)?;
@@ -548,11 +548,11 @@ impl DataPlane {
     /// critical path: a leaf's recency and LFU priority are updated in place (XX: an evicted
     /// leaf is never re-added), an interior block's touch is remembered for when it becomes a
     /// leaf, and, with `count` (an LFU group: [`counts_reads`]), the block's count of reads
-    /// (`<key>n` in itouch, lua/lib/record.lua) grows by one. A pipeline, not a script: a script
-    /// call costs Valkey ~2 µs more per read (docs/benchmarks.md, "The read's touch: a pipeline,
-    /// not a script"). The count is right whether or not the block is still a leaf when the
-    /// pipeline lands; a count added after the block was evicted stays until that key serves
-    /// again and is unlinked (as an interior touch always could).
+    /// (`icount`, lua/lib/record.lua) grows by one. A pipeline, not a script: a script call
+    /// costs Valkey ~2.8 µs more per read than the two `ZADD`s (docs/benchmarks.md, "The read's
+    /// touch: a pipeline, not a script"). The count is right whether or not the block is still
+    /// a leaf when the pipeline lands; a count added after the block was unlinked is dropped
+    /// when the deleter releases the block (`drop_deleting`), unless it lands even later.
     fn touch(&self, instance_id: &str, block: i64, leaf: bool, count: bool) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
@@ -567,10 +567,7 @@ impl DataPlane {
                 pipe.cmd("ZADD").arg(&keys.itouch).arg(now).arg(&field[..]).ignore();
             }
             if count {
-                let mut member = [0u8; 9];
-                member[..8].copy_from_slice(&field);
-                member[8] = b'n';
-                pipe.cmd("ZINCRBY").arg(&keys.itouch).arg(1).arg(&member[..]).ignore();
+                pipe.cmd("HINCRBY").arg(&keys.icount).arg(&field[..]).arg(1).ignore();
             }
             if let Err(e) = pipe.query_async::<()>(&mut conn).await {
                 tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");

@@ -65,7 +65,7 @@ impl DataPlane {
     ) -> Result<()> {
         self.run(
             &scripts::RELEASE_BLOCK,
-            &[&keys.blocks, &keys.files, &keys.del],
+            &[&keys.blocks, &keys.files, &keys.del, &keys.icount],
             &[group.as_bytes(), id.as_bytes(), key, loc],
         )
         .await
@@ -93,8 +93,9 @@ impl DataPlane {
             args.push(k);
             args.push(v);
         }
-        let r =
-            self.run(&scripts::DEAD_LETTER, &[&keys.blocks, &keys.del, &keys.del_dead, &keys.del_fail], &args).await?;
+        let r = self
+            .run(&scripts::DEAD_LETTER, &[&keys.blocks, &keys.del, &keys.del_dead, &keys.del_fail, &keys.icount], &args)
+            .await?;
         match super::first::<i64>(r)? {
             -1 => Ok(DeadLettered::Gone),
             -2 => Ok(DeadLettered::Full),
@@ -205,6 +206,7 @@ impl DataPlane {
                     &keys.del,
                     &keys.lease,
                     &keys.evict_last,
+                    &keys.icount,
                 ],
                 &[
                     sizes.as_bytes(),

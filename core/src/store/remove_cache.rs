@@ -27,7 +27,7 @@ impl DataPlane {
             let reply = self
                 .run(
                     &scripts::REMOVE_CACHE,
-                    &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del],
+                    &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del, &keys.icount],
                     &args,
                 )
                 .await?;

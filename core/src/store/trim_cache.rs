@@ -20,7 +20,16 @@ impl DataPlane {
                 let r = self
                     .run(
                         &scripts::TRIM_ALL_CACHE,
-                        &[&keys.blocks, &trash, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.del],
+                        &[
+                            &keys.blocks,
+                            &trash,
+                            &keys.usage,
+                            &keys.lru,
+                            &keys.lfu,
+                            &keys.itouch,
+                            &keys.del,
+                            &keys.icount,
+                        ],
                         &[],
                     )
                     .await?;
@@ -30,7 +39,7 @@ impl DataPlane {
                 let r = self
                     .run(
                         &scripts::TRIM_ALL_META,
-                        &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.files],
+                        &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.files, &keys.icount],
                         &[],
                     )
                     .await?;
