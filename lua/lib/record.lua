@@ -80,7 +80,7 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- K: {blocks, usage, lru, lfu, itouch, icount, del} key names.
+-- K: {blocks, usage, lru, lfu, itouch, icount, del} key names (icount: unlink_serving's).
 local function usage_add(K, storage, bytes, blocks)
   redis.call('HINCRBY', K.usage, 'b' .. storage, bytes)
   redis.call('HINCRBY', K.usage, 'n' .. storage, blocks)
@@ -152,8 +152,8 @@ end
 -- after the block was unlinked would otherwise stay for good). Returns 1 if it was there, else 0.
 local function drop_deleting(blocks, icount, key, want)
   local rec = redis.call('HGET', blocks, key)
-  if not rec then return 0 end
-  for _, p in ipairs(locs(rec)) do
+  local dropped = 0
+  for _, p in ipairs(rec and locs(rec) or {}) do
     local st = loc_state(rec, p)
     if (st == 'D' or st == 'X') and loc_bytes(rec, p):sub(2) == want:sub(2) then
       rec = remove_loc(rec, p)
@@ -162,11 +162,14 @@ local function drop_deleting(blocks, icount, key, want)
       else
         redis.call('HSET', blocks, key, rec)
       end
-      if not has_state(rec, 'S') then redis.call('HDEL', icount, key) end
-      return 1
+      dropped = 1
+      break
     end
   end
-  return 0
+  -- Also where the record is gone already (an entry released twice): a count exists only
+  -- while its block serves.
+  if not rec or not has_state(rec, 'S') then redis.call('HDEL', icount, key) end
+  return dropped
 end
 
 -- Queues a location for physical deletion (the deleter removes its metadata afterwards).

@@ -91,6 +91,33 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     assert_eq!(record, None, "block 3 released");
 }
 
+/// A trim drops the read counts with everything else, and a count a read's touch adds after the
+/// trim goes when the deleter releases the trashed block (whose claim put its record back in
+/// `blocks`, deleting).
+#[tokio::test]
+async fn a_trim_drops_the_read_counts_and_a_late_one_goes_with_the_release() {
+    let fx = Fixture::new(&[("tp0", 100)], 1, lfu_group()).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    fx.write(&[1, 2, 3]).await;
+    fx.get("QT_PREFIX_MATCH", &[1, 2, 3], json!({})).await;
+    let counted = eventually(std::time::Duration::from_secs(5), || async {
+        (counts(&format!("{p}icount")).await == [(field(3), 1)].into()).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "the read counted at block 3");
+    assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
+    assert_eq!(counts(&format!("{p}icount")).await, HashMap::new(), "the trim dropped the counts");
+    let mut c = valkey().await;
+    let _: i64 =
+        redis::cmd("HINCRBY").arg(format!("{p}icount")).arg(field(3)).arg(1).query_async(&mut c).await.unwrap();
+    let _worker = WorkerProc::start(&fx.api.namespace, &[]);
+    let released = eventually(std::time::Duration::from_secs(20), || async {
+        counts(&format!("{p}icount")).await.is_empty().then_some(())
+    })
+    .await;
+    assert!(released.is_some(), "the late count outlived the release: {:?}", counts(&format!("{p}icount")).await);
+}
+
 /// Reads of a group that does not reclaim by LFU keep no read counts (the one `HINCRBY` of the
 /// touch is LFU's alone), but still the recency and priority of the leaf and interior touches.
 #[tokio::test]

@@ -88,12 +88,16 @@ impl Engine {
     }
 }
 
-/// How many of `len` keys a startWriteCache `block_mask` marks present.
-fn masked(mask: &Value, len: usize) -> u64 {
+/// How many of `len` keys a startWriteCache `block_mask` marks present, and how many of them
+/// lead (the run right after the read's matched prefix).
+fn masked(mask: &Value, len: usize) -> (u64, u64) {
     if let Some(k) = mask["offset"].as_u64() {
-        return k.min(len as u64);
+        let k = k.min(len as u64);
+        return (k, k);
     }
-    mask["bool_masks"]["values"].as_array().map_or(0, |v| v.iter().filter(|b| b.as_bool() == Some(true)).count()) as u64
+    let Some(v) = mask["bool_masks"]["values"].as_array() else { return (0, 0) };
+    let present = |b: &&Value| b.as_bool() == Some(true);
+    (v.iter().filter(present).count() as u64, v.iter().take_while(present).count() as u64)
 }
 
 /// A `file://<storage>/<path>?[blkid=j&]size=n` URI: the file, the byte offset and the length.
@@ -152,8 +156,10 @@ mod tests {
 
     #[test]
     fn a_block_mask_counts_present_keys_in_either_form() {
-        assert_eq!(masked(&json!({"offset": 2}), 5), 2);
-        assert_eq!(masked(&json!({"bool_masks": {"values": [true, false, true]}}), 3), 2);
-        assert_eq!(masked(&json!({}), 3), 0);
+        assert_eq!(masked(&json!({"offset": 2}), 5), (2, 2));
+        assert_eq!(masked(&json!({"offset": 9}), 5), (5, 5));
+        assert_eq!(masked(&json!({"bool_masks": {"values": [true, false, true]}}), 3), (2, 1));
+        assert_eq!(masked(&json!({"bool_masks": {"values": [false, true]}}), 2), (1, 0));
+        assert_eq!(masked(&json!({}), 3), (0, 0));
     }
 }

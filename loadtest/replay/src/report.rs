@@ -21,6 +21,10 @@ pub struct Stats {
     /// Suffix blocks the read missed but startWriteCache found present (a concurrent request was
     /// writing them, or they were serving behind a gap in the prefix).
     pub in_flight_blocks: u64,
+    /// Of those, the run right after the matched prefix: blocks the read would have hit had
+    /// their writes (another request's, or rarely a deletion in progress) been done — what the
+    /// optimizer, inserting at once, counts as hits.
+    pub in_flight_prefix_blocks: u64,
     /// Suffix blocks not written because startWriteCache failed (e.g. quota used up).
     pub write_refused_blocks: u64,
     /// Blocks whose bytes could not be written to their file URI.
@@ -44,8 +48,9 @@ impl Stats {
         self.sample(Rpc::GetCacheLocation, took);
     }
 
-    pub(crate) fn started(&mut self, took: Duration, present: u64, _new: u64) {
-        self.in_flight_blocks += present;
+    pub(crate) fn started(&mut self, took: Duration, present: (u64, u64), _new: u64) {
+        self.in_flight_blocks += present.0;
+        self.in_flight_prefix_blocks += present.1;
         self.sample(Rpc::StartWriteCache, took);
     }
 
@@ -97,6 +102,7 @@ impl Stats {
             hit_rate: self.hit_rate(),
             written_blocks: self.written_blocks,
             in_flight_blocks: self.in_flight_blocks,
+            in_flight_prefix_blocks: self.in_flight_prefix_blocks,
             write_refused_blocks: self.write_refused_blocks,
             bytes_failed_blocks: self.bytes_failed_blocks,
             failed_requests: self.failed_requests,
@@ -150,6 +156,7 @@ pub struct Report {
     pub hit_rate: f64,
     pub written_blocks: u64,
     pub in_flight_blocks: u64,
+    pub in_flight_prefix_blocks: u64,
     pub write_refused_blocks: u64,
     pub bytes_failed_blocks: u64,
     pub failed_requests: u64,
