@@ -413,6 +413,18 @@ pub fn instance_key(namespace: &str, instance: &str, name: &str) -> String {
     format!("{namespace}:v1:{{i:{instance}}}:{name}")
 }
 
+/// An instance group's extra fields (for [`Fixture::new`]) that make it reclaim by LFU, so that
+/// its reads keep LFU's per-block read counts.
+pub fn lfu_group() -> Value {
+    serde_json::json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU"}}})
+}
+
+/// LFU's read counts of an instance (its `icount` hash), block key (8 bytes) → count.
+pub async fn read_counts(namespace: &str, instance: &str) -> std::collections::HashMap<Vec<u8>, i64> {
+    let mut c = valkey().await;
+    redis::cmd("HGETALL").arg(instance_key(namespace, instance, "icount")).query_async(&mut c).await.unwrap()
+}
+
 /// The status code name of a reply.
 pub fn code(reply: &Value) -> &str {
     reply["header"]["status"]["code"].as_str().unwrap_or("<no code>")

@@ -15,17 +15,6 @@ async fn zset(key: &str) -> Vec<(Vec<u8>, f64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await.unwrap()
 }
 
-/// A group that reclaims by LFU: its reads keep per-block read counts.
-fn lfu_group() -> serde_json::Value {
-    json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU"}}})
-}
-
-/// The hash `icount` (LFU's read counts) as block key → count.
-async fn counts(key: &str) -> HashMap<Vec<u8>, i64> {
-    let mut c = valkey().await;
-    redis::cmd("HGETALL").arg(key).query_async(&mut c).await.unwrap()
-}
-
 #[tokio::test]
 async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     let fx = Fixture::new(&[("tp0", 100), ("tp1", 28)], 1, lfu_group()).await;
@@ -43,7 +32,8 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     fx.get("QT_PREFIX_MATCH", &[1, 2, 3], json!({})).await;
     let bumped = eventually(std::time::Duration::from_secs(5), || async {
         let lfu = zset(&format!("{p}lfu")).await;
-        (lfu == vec![(field(3), 2.0)] && counts(&format!("{p}icount")).await == [(field(3), 1)].into()).then_some(())
+        (lfu == vec![(field(3), 2.0)] && read_counts(&fx.api.namespace, &fx.instance).await == [(field(3), 1)].into())
+            .then_some(())
     })
     .await;
     assert!(bumped.is_some(), "lfu priority of the leaf reaches 2, its count 1");
@@ -51,7 +41,7 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     fx.get("QT_PREFIX_MATCH", &[1, 2], json!({})).await;
     let touched = eventually(std::time::Duration::from_secs(5), || async {
         let it: HashMap<Vec<u8>, f64> = zset(&format!("{p}itouch")).await.into_iter().collect();
-        let n = counts(&format!("{p}icount")).await;
+        let n = read_counts(&fx.api.namespace, &fx.instance).await;
         (it.len() == 1 && n == [(field(3), 1), (field(2), 1)].into()).then(|| it[&field(2)])
     })
     .await
@@ -66,7 +56,7 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     assert!(lru[0].1 >= touched);
     assert_eq!(zset(&format!("{p}lfu")).await, vec![(field(2), 3.0)]);
     assert_eq!(zset(&format!("{p}itouch")).await, vec![]);
-    assert_eq!(counts(&format!("{p}icount")).await, [(field(2), 2)].into());
+    assert_eq!(read_counts(&fx.api.namespace, &fx.instance).await, [(field(2), 2)].into());
     let usage: HashMap<String, i64> = redis::cmd("HGETALL").arg(format!("{p}usage")).query_async(&mut c).await.unwrap();
     assert_eq!(usage.values().copied().collect::<std::collections::BTreeSet<_>>(), [2, 256].into(), "{usage:?}");
 
@@ -77,14 +67,14 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
         redis::cmd("HINCRBY").arg(format!("{p}icount")).arg(field(3)).arg(1).query_async(&mut c).await.unwrap();
     let _worker = WorkerProc::start(&fx.api.namespace, &[]);
     let released = eventually(std::time::Duration::from_secs(20), || async {
-        let n = counts(&format!("{p}icount")).await;
+        let n = read_counts(&fx.api.namespace, &fx.instance).await;
         (n == [(field(2), 2)].into()).then_some(())
     })
     .await;
     assert!(
         released.is_some(),
         "the late count of block 3 outlived its release: {:?}",
-        counts(&format!("{p}icount")).await
+        read_counts(&fx.api.namespace, &fx.instance).await
     );
     let record: Option<Vec<u8>> =
         redis::cmd("HGET").arg(format!("{p}blocks")).arg(field(3)).query_async(&mut c).await.unwrap();
@@ -101,21 +91,25 @@ async fn a_trim_drops_the_read_counts_and_a_late_one_goes_with_the_release() {
     fx.write(&[1, 2, 3]).await;
     fx.get("QT_PREFIX_MATCH", &[1, 2, 3], json!({})).await;
     let counted = eventually(std::time::Duration::from_secs(5), || async {
-        (counts(&format!("{p}icount")).await == [(field(3), 1)].into()).then_some(())
+        (read_counts(&fx.api.namespace, &fx.instance).await == [(field(3), 1)].into()).then_some(())
     })
     .await;
     assert!(counted.is_some(), "the read counted at block 3");
     assert_ok(&fx.api.meta("trimCache", json!({"instance_id": fx.instance, "strategy": "TS_REMOVE_ALL_CACHE"})).await);
-    assert_eq!(counts(&format!("{p}icount")).await, HashMap::new(), "the trim dropped the counts");
+    assert_eq!(read_counts(&fx.api.namespace, &fx.instance).await, HashMap::new(), "the trim dropped the counts");
     let mut c = valkey().await;
     let _: i64 =
         redis::cmd("HINCRBY").arg(format!("{p}icount")).arg(field(3)).arg(1).query_async(&mut c).await.unwrap();
     let _worker = WorkerProc::start(&fx.api.namespace, &[]);
     let released = eventually(std::time::Duration::from_secs(20), || async {
-        counts(&format!("{p}icount")).await.is_empty().then_some(())
+        read_counts(&fx.api.namespace, &fx.instance).await.is_empty().then_some(())
     })
     .await;
-    assert!(released.is_some(), "the late count outlived the release: {:?}", counts(&format!("{p}icount")).await);
+    assert!(
+        released.is_some(),
+        "the late count outlived the release: {:?}",
+        read_counts(&fx.api.namespace, &fx.instance).await
+    );
 }
 
 /// Reads of a group that does not reclaim by LFU keep no read counts (the one `HINCRBY` of the
@@ -134,11 +128,11 @@ async fn an_lru_groups_reads_keep_no_read_counts() {
     })
     .await;
     assert!(touched.is_some(), "the leaf's priority bumped and the interior touch of block 2 remembered");
-    assert_eq!(counts(&format!("{p}icount")).await, HashMap::new(), "no read counts");
+    assert_eq!(read_counts(&fx.api.namespace, &fx.instance).await, HashMap::new(), "no read counts");
     // And a removal there passes no count up either.
     assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [3]})).await);
     assert_eq!(zset(&format!("{p}itouch")).await, vec![]);
-    assert_eq!(counts(&format!("{p}icount")).await, HashMap::new());
+    assert_eq!(read_counts(&fx.api.namespace, &fx.instance).await, HashMap::new());
 }
 
 #[tokio::test]

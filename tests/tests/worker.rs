@@ -4,7 +4,6 @@
 
 use kvcm_tests::*;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::time::Duration;
 
 async fn int(cmd: &str, key: &str) -> i64 {
@@ -449,8 +448,7 @@ async fn two_workers_share_the_deletions() {
 /// workload, LFU then kept fewer hits than LRU: docs/optimizer.md, "LFU live").
 #[tokio::test]
 async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
-    let lfu_group = json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_LFU"}}});
-    let fx = Fixture::new(&[("tp0", 10)], 1, lfu_group).await;
+    let fx = Fixture::new(&[("tp0", 10)], 1, lfu_group()).await;
     let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
     let limits = kvcm_core::store::Limits { max_keys_per_request: 100, ..Default::default() };
     let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, limits);
@@ -473,17 +471,11 @@ async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
         }
     }
     let lfu = instance_key(&fx.api.namespace, &fx.instance, "lfu");
-    let icount = instance_key(&fx.api.namespace, &fx.instance, "icount");
-    let counts = || async {
-        let mut c = valkey().await;
-        let n: HashMap<Vec<u8>, i64> = redis::cmd("HGETALL").arg(&icount).query_async(&mut c).await.unwrap();
-        n
-    };
     wait_until("every read is counted", 5, || async {
         let mut c = valkey().await;
         let leaves: Vec<(Vec<u8>, f64)> =
             redis::cmd("ZRANGE").arg(&lfu).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut c).await.unwrap();
-        let n = counts().await;
+        let n = read_counts(&fx.api.namespace, &fx.instance).await;
         leaves.len() == 12 && leaves.iter().all(|(_, s)| *s == 3.0) && n.len() == 12 && n.values().all(|v| *v == 2)
     })
     .await;
@@ -503,7 +495,7 @@ async fn lfu_ranks_a_shared_prompt_by_every_read_below_it() {
     assert_eq!(kept[4..].iter().filter(|k| **k).count(), 20, "one one-off chain went: {kept:?}");
     // The counts went up with the evictions: the prompt's last block holds the twelve reads
     // through it, the evicted one-off chain's count went with its blocks, five remain.
-    let n = counts().await;
+    let n = read_counts(&fx.api.namespace, &fx.instance).await;
     assert_eq!(n.get(4i64.to_be_bytes().as_slice()), Some(&12), "{n:?}");
     assert_eq!(n.len(), 6, "{n:?}");
 }
