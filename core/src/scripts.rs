@@ -200,6 +200,7 @@ scripts! {
     EVICT => "evict.lua",
     REPORT_EVENT => "report_event.lua",
     PRUNE_ENGINE => "prune_engine.lua",
+    PRUNE_TOUCH => "prune_touch.lua",
     REAP_REPORTERS => "reap_reporters.lua",
 }
 

@@ -910,3 +910,59 @@ async fn a_stragglers_files_on_a_removed_storage_are_still_deleted() {
     .await;
     assert!(paths[1].exists(), "a late deletion unlinked a file under a live storage's root");
 }
+
+/// A read's touch lands after its read, so it can re-create an interior touch (`itouch`) or a
+/// read count (`icount`) for a block that was evicted, trimmed or removed meanwhile; nothing but
+/// the worker's collection removes those (worker/src/touch_gc.rs). It drops them, including an
+/// instance removed from the registry with only such keys left, and keeps every serving
+/// block's entries.
+#[tokio::test]
+async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, lfu_group()).await;
+    let ns = fx.api.namespace.clone();
+    fx.write(&[1, 2, 3, 4]).await;
+    // Reads ending at 4 (a leaf) and at 2 (interior): counts for both, an interior touch for 2.
+    assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await).len(), 4);
+    assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &[1, 2, 9], json!({})).await).len(), 2);
+    let (itouch, icount) = (instance_key(&ns, &fx.instance, "itouch"), instance_key(&ns, &fx.instance, "icount"));
+    wait_until("the reads are counted", 5, || async {
+        let n = read_counts(&ns, &fx.instance).await;
+        n.len() == 2 && n.values().all(|v| *v == 1)
+    })
+    .await;
+    // 88 is being written (a record, but not serving); 77 has no record at all.
+    let s = fx.start(&[1, 2, 3, 4, 88]).await;
+    assert_eq!(code(&s), "OK", "{s}");
+    let mut c = valkey().await;
+    let stale = |k: i64| k.to_be_bytes().to_vec();
+    for k in [77, 88] {
+        let _: () = redis::cmd("ZADD").arg(&itouch).arg(5).arg(stale(k)).query_async(&mut c).await.unwrap();
+        let _: () = redis::cmd("HINCRBY").arg(&icount).arg(stale(k)).arg(3).query_async(&mut c).await.unwrap();
+    }
+    // An instance that was removed: only late touches' keys of it are left.
+    let gone = format!("gone-{}", fx.instance);
+    let (gone_touch, gone_count) = (instance_key(&ns, &gone, "itouch"), instance_key(&ns, &gone, "icount"));
+    let _: () = redis::cmd("ZADD").arg(&gone_touch).arg(5).arg(stale(4)).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("HINCRBY").arg(&gone_count).arg(stale(4)).arg(2).query_async(&mut c).await.unwrap();
+
+    let w = WorkerProc::start(&ns, &[]);
+    wait_until("the stale entries are collected", 10, || async {
+        let mut c = valkey().await;
+        let touched: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+        let counted = read_counts(&ns, &fx.instance).await;
+        let orphans: i64 = redis::cmd("EXISTS").arg(&gone_touch).arg(&gone_count).query_async(&mut c).await.unwrap();
+        touched.len() == 1 && counted.len() == 2 && orphans == 0
+    })
+    .await;
+    let touched: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+    assert_eq!(touched, [stale(2)], "the serving interior block keeps its touch");
+    let counted = read_counts(&ns, &fx.instance).await;
+    assert_eq!(counted.get(&stale(2)), Some(&1));
+    assert_eq!(counted.get(&stale(4)), Some(&1), "the serving leaf keeps its count");
+    assert!(w.metric("kvcm_worker_touch_entries_dropped_total{index=\"icount\"}").await >= 3.0);
+    assert!(w.metric("kvcm_worker_touch_entries_dropped_total{index=\"itouch\"}").await >= 3.0);
+    // The write in flight finishes, and 88 serves with nothing inherited from before.
+    let n = s["locations"].as_array().unwrap().len();
+    assert_ok(&(200, fx.finish(&s, json!({"offset": n})).await));
+    assert!(!read_counts(&ns, &fx.instance).await.contains_key(&stale(88)));
+}

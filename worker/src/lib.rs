@@ -7,6 +7,8 @@
 //! * [`health`]: probes every storage and records the result in the registry.
 //! * [`reclaimer`]: when a group's usage passes its watermark, evicts leaves by the group's policy
 //!   under a per-instance fenced lease, and publishes usage and quota gauges.
+//! * [`touch_gc`]: drops read bookkeeping (interior touches, LFU counts) whose block no longer
+//!   serves — left by a read's touch that landed after its block went.
 //!
 //! Instances are found by scanning Valkey for their streams and session sets ([`discovery`]),
 //! so an instance removed from the registry still has its deletions finished. Each job is a
@@ -22,6 +24,7 @@ pub mod expirer;
 pub mod health;
 pub mod metrics;
 pub mod reclaimer;
+pub mod touch_gc;
 pub mod vllm_events;
 
 use anyhow::Context;
@@ -49,6 +52,8 @@ pub struct Worker {
     pub claim_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     /// Per instance: where the collection of engine-reported entries continues (an HSCAN cursor).
     pub engine_cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, engine_gc::Cursor>>>,
+    /// Where the collection of stale read bookkeeping stands ([`touch_gc`]).
+    pub touch_gc: Arc<std::sync::Mutex<touch_gc::State>>,
 }
 
 /// A built worker with its metrics listener bound.
@@ -100,6 +105,7 @@ pub async fn connect(config: Config) -> anyhow::Result<Worker> {
         instances: Default::default(),
         claim_cursors: Default::default(),
         engine_cursors: Default::default(),
+        touch_gc: Default::default(),
     })
 }
 
@@ -146,6 +152,9 @@ impl Server {
         }));
         jobs.push(spawn_loop("engine-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
             Box::pin(async move { engine_gc::run_once(&w).await })
+        }));
+        jobs.push(spawn_loop("touch-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
+            Box::pin(async move { touch_gc::run_once(&w).await })
         }));
         jobs.push(spawn_loop("health", rx.clone(), cfg.health_interval_ms, w.clone(), |w| {
             Box::pin(async move { health::run_once(&w).await })

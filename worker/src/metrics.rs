@@ -23,6 +23,7 @@ pub struct Metrics {
     pub sessions_expired: IntCounter,
     pub engine_entries_dropped: IntCounter,
     pub engine_reporters_forgotten: IntCounter,
+    pub touch_entries_dropped: IntCounterVec,
     pub evictions: IntCounterVec,
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
@@ -79,6 +80,11 @@ impl Metrics {
                 "Engine reporters forgotten a cleanup grace after they were unregistered",
             )
             .expect("metric"),
+            touch_entries_dropped: cv(
+                "kvcm_worker_touch_entries_dropped_total",
+                "Read bookkeeping collected because its block no longer serves (a touch that landed after the block went), per index: itouch (interior touches) or icount (LFU counts)",
+                &["index"],
+            ),
             evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
             leases: cv("kvcm_worker_leases_total", "Reclaim leases this worker took, per instance", &["instance"]),
             reclaim_seconds: Histogram::with_opts(HistogramOpts::new(
@@ -137,6 +143,7 @@ impl Metrics {
             Box::new(m.sessions_expired.clone()),
             Box::new(m.engine_entries_dropped.clone()),
             Box::new(m.engine_reporters_forgotten.clone()),
+            Box::new(m.touch_entries_dropped.clone()),
             Box::new(m.evictions.clone()),
             Box::new(m.leases.clone()),
             Box::new(m.reclaim_seconds.clone()),

@@ -19,6 +19,18 @@ pub async fn scan_instances(
     namespace: &str,
     found: &mut BTreeSet<String>,
 ) -> Result<()> {
+    scan_instances_with(conn, access, namespace, &["del", "sessions", "blocks"], found).await
+}
+
+/// Adds to `found` every instance with a key named `suffix` (`<ns>:v1:{i:<id>}:<suffix>`) for
+/// one of `suffixes` on a primary: one SCAN pass per suffix and node.
+pub async fn scan_instances_with(
+    conn: &mut ClusterConnection,
+    access: &Access,
+    namespace: &str,
+    suffixes: &[&str],
+    found: &mut BTreeSet<String>,
+) -> Result<()> {
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
     let mut failed = None;
     for line in nodes.lines() {
@@ -28,7 +40,7 @@ pub async fn scan_instances(
             continue;
         }
         let Some(addr) = fields.get(1).and_then(|a| client_addr(a)) else { continue };
-        if let Err(e) = scan_node(access, &addr, namespace, found).await {
+        if let Err(e) = scan_node(access, &addr, namespace, suffixes, found).await {
             tracing::warn!(node = %addr, error = %e, "scanning a node for instances failed");
             failed = Some(e);
         }
@@ -48,11 +60,15 @@ fn client_addr(field: &str) -> Option<String> {
     }
 }
 
-async fn scan_node(access: &Access, addr: &str, ns: &str, found: &mut BTreeSet<String>) -> Result<()> {
+async fn scan_node(
+    access: &Access,
+    addr: &str,
+    ns: &str,
+    suffixes: &[&str],
+    found: &mut BTreeSet<String>,
+) -> Result<()> {
     let mut node = access.node(addr).await.map_err(|e| crate::Error::internal(format!("connecting to {addr}: {e}")))?;
-    for pattern in
-        [format!("{ns}:v1:{{i:*}}:del"), format!("{ns}:v1:{{i:*}}:sessions"), format!("{ns}:v1:{{i:*}}:blocks")]
-    {
+    for pattern in suffixes.iter().map(|s| format!("{ns}:v1:{{i:*}}:{s}")) {
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

@@ -1,5 +1,6 @@
 //! Typed wrappers of the scripts the worker runs: expiring sessions, releasing deleted
-//! locations, expanding trimmed trash, evicting leaves under a fenced lease.
+//! locations, expanding trimmed trash, evicting leaves under a fenced lease, collecting read
+//! bookkeeping that outlived its block.
 
 use super::DataPlane;
 use crate::error::Result;
@@ -228,6 +229,74 @@ impl DataPlane {
             return Ok(None); // the lease is not the caller's any more
         }
         Ok(Some(Evicted { blocks, bytes: next()?, next_offset: next()?, exhausted: next()? == 1 }))
+    }
+}
+
+/// Where one instance's collection of stale read bookkeeping stands: an SCAN cursor into each
+/// of `itouch` and `icount`, `None` once that index's pass is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TouchCursor {
+    pub itouch: Option<u64>,
+    pub icount: Option<u64>,
+}
+
+impl TouchCursor {
+    /// A pass from the start of both indexes.
+    pub const START: TouchCursor = TouchCursor { itouch: Some(0), icount: Some(0) };
+
+    /// Whether both indexes have been scanned to their end.
+    pub fn done(&self) -> bool {
+        self.itouch.is_none() && self.icount.is_none()
+    }
+}
+
+/// What one [`DataPlane::prune_touches`] step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TouchesPruned {
+    /// Entries checked (an entry in both indexes counts twice).
+    pub checked: u64,
+    pub itouch_dropped: u64,
+    pub icount_dropped: u64,
+    pub cursor: TouchCursor,
+}
+
+impl DataPlane {
+    /// One step of the worker's collection of read bookkeeping whose block no longer serves
+    /// (`lua/prune_touch.lua`): the next ~`count` entries of the instance's `itouch` and of its
+    /// `icount` from `cursor`, checked against their records and dropped atomically. A read's
+    /// touch that lands after its block was unlinked re-creates such an entry; nothing else
+    /// removes it (docs/data-plane.md).
+    pub async fn prune_touches(&self, instance_id: &str, cursor: TouchCursor, count: usize) -> Result<TouchesPruned> {
+        let keys = self.keys(instance_id);
+        let count = count.clamp(1, 512);
+        let mut fields: Vec<Vec<u8>> = Vec::new();
+        let mut next = TouchCursor { itouch: None, icount: None };
+        // ZSCAN and HSCAN both reply `[cursor, [field, value, field, value…]]`.
+        for (scan, index, at, out) in [
+            ("ZSCAN", &keys.itouch, cursor.itouch, &mut next.itouch),
+            ("HSCAN", &keys.icount, cursor.icount, &mut next.icount),
+        ] {
+            let Some(at) = at else { continue };
+            let (n, page): (u64, Vec<Vec<u8>>) =
+                redis::cmd(scan).arg(index).arg(at).arg("COUNT").arg(count).query_async(&mut self.conn()).await?;
+            fields.extend(page.into_iter().step_by(2));
+            *out = (n != 0).then_some(n);
+        }
+        let mut out =
+            TouchesPruned { checked: fields.len() as u64, itouch_dropped: 0, icount_dropped: 0, cursor: next };
+        // A field that is not a block key was not written by kvcm: left alone.
+        fields.retain(|f| f.len() == 8);
+        fields.sort_unstable();
+        fields.dedup();
+        // A scan page may exceed COUNT (small encodings come whole); the script takes 1,024 keys.
+        for chunk in fields.chunks(1024) {
+            let args: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            let r = self.run(&scripts::PRUNE_TOUCH, &[&keys.blocks, &keys.itouch, &keys.icount], &args).await?;
+            let mut it = r.into_iter().map(redis::from_redis_value::<u64>);
+            out.itouch_dropped += it.next().transpose()?.unwrap_or(0);
+            out.icount_dropped += it.next().transpose()?.unwrap_or(0);
+        }
+        Ok(out)
     }
 }
 

@@ -1,0 +1,72 @@
+//! Collection of read bookkeeping that outlived its block (`lua/prune_touch.lua`): an
+//! interior block's last touch (`itouch`) and an LFU group's read count (`icount`) exist only
+//! while their block serves, but a read's touch is a pipeline sent after the read, and one that
+//! lands after its block was evicted, trimmed or its instance removed re-creates its entry.
+//! Rare (a touch follows its read by well under a millisecond) but unbounded over months, so
+//! each step checks the next batch of every instance's entries from where the last step stopped,
+//! and a complete pass over an instance waits [`PAUSE`] before the next. Instances removed from
+//! the registry whose only keys left are such entries are found by their own scan, every
+//! [`ORPHAN_SCAN`]. Any number of workers may run it at once (the script is idempotent).
+
+use crate::Worker;
+use kvcm_core::store::maintenance::TouchCursor;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// Entries scanned per index, instance and step.
+const BATCH: usize = 256;
+/// After a complete pass over an instance, the next starts this much later.
+const PAUSE: Duration = Duration::from_secs(60);
+/// How often instances with nothing left but read bookkeeping are looked for.
+const ORPHAN_SCAN: Duration = Duration::from_secs(60);
+
+/// The collection's progress, per worker process.
+#[derive(Debug, Default)]
+pub struct State {
+    cursors: HashMap<String, (TouchCursor, Instant)>,
+    orphans: Vec<String>,
+    orphans_scanned: Option<Instant>,
+}
+
+pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
+    let now = Instant::now();
+    let scan_due = {
+        let st = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner());
+        st.orphans_scanned.is_none_or(|t| now.duration_since(t) >= ORPHAN_SCAN)
+    };
+    if scan_due {
+        let mut found = BTreeSet::new();
+        let mut conn = w.conn.clone();
+        let scanned = kvcm_core::store::discovery::scan_instances_with(
+            &mut conn,
+            &w.valkey,
+            &w.config.namespace,
+            &["itouch", "icount"],
+            &mut found,
+        )
+        .await;
+        let mut st = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner());
+        st.orphans = found.into_iter().collect();
+        st.orphans_scanned = Some(now);
+        // A node that could not be scanned is tried again at the next scan; the others' finds stand.
+        if let Err(e) = scanned {
+            tracing::warn!(error = %e, "scanning for read bookkeeping of removed instances failed");
+        }
+    }
+    let mut instances: BTreeSet<String> = crate::discovery::instances(w).into_iter().collect();
+    instances.extend(w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).orphans.iter().cloned());
+    for instance in instances {
+        let at = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.get(&instance).copied();
+        let cursor = match at {
+            Some((_, not_before)) if not_before > now => continue,
+            Some((c, _)) if !c.done() => c,
+            _ => TouchCursor::START,
+        };
+        let pruned = w.data.prune_touches(&instance, cursor, BATCH).await?;
+        w.metrics.touch_entries_dropped.with_label_values(&["itouch"]).inc_by(pruned.itouch_dropped);
+        w.metrics.touch_entries_dropped.with_label_values(&["icount"]).inc_by(pruned.icount_dropped);
+        let not_before = if pruned.cursor.done() { now + PAUSE } else { now };
+        w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.insert(instance, (pruned.cursor, not_before));
+    }
+    Ok(())
+}
