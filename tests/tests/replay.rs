@@ -20,7 +20,6 @@
 //! longer; it does not measure a bigger cache. Back-pressure cannot mask a missing reclaimer: the
 //! replay then stalls and fails after `--backpressure-timeout-s`.
 
-use kvcm_core::store::maintenance::EvictIndex;
 use kvcm_optimizer::{PolicyKind, PolicyParams, Trace, TraceFormat};
 use kvcm_tests::*;
 use serde_json::{Value, json};
