@@ -2,9 +2,13 @@
 //!
 //! 1. `getCacheLocation` `QT_PREFIX_MATCH` of all the request's block keys → `h` blocks hit (the
 //!    matched prefix);
-//! 2. if `h < n`: `startWriteCache` of the missing suffix `keys[h..]` → a session, a
-//!    `block_mask` of suffix keys already present (being written by a concurrent request, or
-//!    serving behind a gap), and one location per new key;
+//! 2. if `h < n`: `startWriteCache` of all `n` keys, the matched prefix included, as connectors
+//!    send it (Tair's vLLM connector sends the request's every token) → a session, a
+//!    `block_mask` of the keys already present (the matched prefix, and suffix keys being
+//!    written by a concurrent request or serving behind a gap), and one location per new key.
+//!    kvcm links a new block under the key before it in the request, so the prefix must be
+//!    there: a suffix sent alone would start a tree of its own, and the prefix's last block
+//!    would stay a leaf above it, evictable before it (its reads never counted below it);
 //! 3. optionally, real bytes written to each new location's `file://` URIs (a write that fails
 //!    marks its block failed);
 //! 4. `finishWriteCache` with the blocks that were written.
@@ -49,7 +53,7 @@ impl Engine {
         }
         let suffix = &keys[hit as usize..];
         let start =
-            json!({"instance_id": self.instance, "block_keys": suffix, "write_timeout_seconds": self.write_timeout_s});
+            json!({"instance_id": self.instance, "block_keys": keys, "write_timeout_seconds": self.write_timeout_s});
         let (took, reply) = self.meta.call(Rpc::StartWriteCache.name(), &start).await;
         let session = match reply {
             Ok(r) => r,
@@ -60,7 +64,7 @@ impl Engine {
             }
         };
         let locations = session["locations"].as_array().cloned().unwrap_or_default();
-        let present = masked(&session["block_mask"], suffix.len());
+        let present = masked(&session["block_mask"], keys.len(), hit as usize);
         self.stats.lock().unwrap().started(took, present, locations.len() as u64);
         if locations.is_empty() {
             return; // every missing block is already being written by someone else
@@ -88,16 +92,18 @@ impl Engine {
     }
 }
 
-/// How many of `len` keys a startWriteCache `block_mask` marks present, and how many of them
-/// lead (the run right after the read's matched prefix).
-fn masked(mask: &Value, len: usize) -> (u64, u64) {
+/// How many of the keys after the read's matched prefix (the first `hit` of `len`) a
+/// startWriteCache `block_mask` marks present, and how many of them lead (the run right after
+/// the prefix): blocks a concurrent request is writing.
+fn masked(mask: &Value, len: usize, hit: usize) -> (u64, u64) {
     if let Some(k) = mask["offset"].as_u64() {
-        let k = k.min(len as u64);
+        let k = (k.min(len as u64)).saturating_sub(hit as u64);
         return (k, k);
     }
     let Some(v) = mask["bool_masks"]["values"].as_array() else { return (0, 0) };
     let present = |b: &&Value| b.as_bool() == Some(true);
-    (v.iter().filter(present).count() as u64, v.iter().take_while(present).count() as u64)
+    let suffix = || v.iter().skip(hit);
+    (suffix().filter(present).count() as u64, suffix().take_while(present).count() as u64)
 }
 
 /// A `file://<storage>/<path>?[blkid=j&]size=n` URI: the file, the byte offset and the length.
@@ -156,10 +162,16 @@ mod tests {
 
     #[test]
     fn a_block_mask_counts_present_keys_in_either_form() {
-        assert_eq!(masked(&json!({"offset": 2}), 5), (2, 2));
-        assert_eq!(masked(&json!({"offset": 9}), 5), (5, 5));
-        assert_eq!(masked(&json!({"bool_masks": {"values": [true, false, true]}}), 3), (2, 1));
-        assert_eq!(masked(&json!({"bool_masks": {"values": [false, true]}}), 2), (1, 0));
-        assert_eq!(masked(&json!({}), 3), (0, 0));
+        assert_eq!(masked(&json!({"offset": 2}), 5, 0), (2, 2));
+        assert_eq!(masked(&json!({"offset": 9}), 5, 0), (5, 5));
+        // The matched prefix is present too, and not counted.
+        assert_eq!(masked(&json!({"offset": 4}), 5, 3), (1, 1));
+        assert_eq!(masked(&json!({"offset": 3}), 5, 3), (0, 0));
+        // A prefix evicted since the read: its keys are written again, nothing is in flight.
+        assert_eq!(masked(&json!({"offset": 1}), 5, 3), (0, 0));
+        assert_eq!(masked(&json!({"bool_masks": {"values": [true, false, true]}}), 3, 0), (2, 1));
+        assert_eq!(masked(&json!({"bool_masks": {"values": [false, true]}}), 2, 0), (1, 0));
+        assert_eq!(masked(&json!({"bool_masks": {"values": [true, true, true, false, true]}}), 5, 2), (2, 1));
+        assert_eq!(masked(&json!({}), 3, 0), (0, 0));
     }
 }
