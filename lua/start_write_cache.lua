@@ -17,9 +17,10 @@
 -- ARGV[7..] block keys, 8 bytes each, in request order; key i's parent is key i-1
 --
 -- Reply: {1, present, loc1, loc2, ...}: `present` has one '1'/'0' per key; loc j is the new
---        location bytes of the j-th non-present key. When every key is distinct and has no
+--        location bytes of the j-th non-present key. When the keys are distinct, a stored
+--        prefix chained in request order (possibly empty) is followed only by keys without a
 --        record, ARGV[5] is empty and blocks are not packed, every new location is the same
---        bytes, and the reply carries it once: {1, present, loc} (for one key or for all).
+--        bytes, and the reply carries it once: {1, present, loc} (for one new key or for all).
 --        | {-3, message} (the session id is another request's: the caller draws another id and
 --        calls again; never a wire status). Arguments kvcm itself got wrong are an error reply
 --        (a bug, never a status).
@@ -79,22 +80,37 @@ for c = 1001, nk, 1000 do
   local part = redis.call('HMGET', KEYS[1], unpack(ARGV, 6 + c, 6 + math.min(c + 999, nk)))
   for j = 1, #part do recs[c + j - 1] = part[j] end
 end
--- The common case, a new suffix: keys that are distinct and have no record are all new, every
--- new record links to the key before it, and no link can close a cycle. Then `new` stays nil
--- (the j-th new key is key j) and the walk below is skipped.
-local seen, simple = {}, true
+-- The common case, a request as a connector sends it: distinct keys, a leading run of `m`
+-- (0 or more) that the cache already holds — each record live and chained in request order from
+-- a first key without a parent — then keys without a record, its new suffix. Every new record
+-- links to the key before it, and no link can close a cycle (each new key's chain runs up
+-- through the request to a root). Then `new` stays nil (the j-th new key is key m + j) and the
+-- walk below is skipped.
+local seen, simple, m = {}, true, 0
 for i = 1, nk do
   local k = ARGV[6 + i]
-  if recs[i] or seen[k] then
+  local rec = recs[i]
+  if rec then
+    -- A key of the stored run. It needs no `seen` entry: a run chained in request order from a
+    -- root cannot hold a key twice (the second would need two different parents), and a key
+    -- without a record cannot be one of its keys.
+    if i ~= m + 1 or not has_live(rec) or rec_parent(rec) ~= (i > 1 and ARGV[5 + i] or nil) then
+      simple = false
+      break
+    end
+    m = i
+  elseif seen[k] then
     simple = false
     break
+  else
+    seen[k] = true
   end
-  seen[k] = true
 end
 local present, new
 if simple then
-  present = string.rep('0', nk)
+  present = string.rep('1', m) .. string.rep('0', nk - m)
 else
+  m = 0
   local flags = {}
   seen, new = {}, {}
   for i = 1, nk do
@@ -112,7 +128,7 @@ else
   end
   present = table.concat(flags)
 end
-local nnew = new and #new or nk
+local nnew = new and #new or nk - m
 
 -- A key without a record gets a new record naming the previous key as its parent. Records whose
 -- key was dropped while a child was being written still name it, and key orders are the
@@ -190,7 +206,7 @@ local deadline = now + timeout
 local head = struct.pack('<I4I4I4', seq, deadline, nnew)
 -- All new keys of one spec group, unpacked: every new location is the same bytes, and the reply
 -- carries it once (one location in a reply stands for every new key's).
-local uniform = simple and groups == '' and per_file == 1
+local uniform = simple and nnew > 0 and groups == '' and per_file == 1
 local reply = {1, present}
 local sess = {head}
 local writes, nw, ns, nr = {}, 0, 1, 2
@@ -210,13 +226,13 @@ while f * per_file < nnew do
   local file_tail = nil
   if per_file > 1 then
     local members = {}
-    for j = first, last do members[#members + 1] = ARGV[6 + (new and new[j] or j)] end
+    for j = first, last do members[#members + 1] = ARGV[6 + (new and new[j] or m + j)] end
     local file_hash = tonumber(redis.sha1hex(table.concat(members) .. struct.pack('<I4', seq)):sub(1, 8), 16)
     file_tail = members[1] .. struct.pack('<I4', file_hash)
     redis.call('HSET', KEYS[5], file_tail, last - first + 1)
   end
   for j = first, last do
-    local i = new and new[j] or j
+    local i = new and new[j] or m + j
     local k = ARGV[6 + i]
     local g = 0
     if groups ~= '' then g = groups:byte(i) end
@@ -257,7 +273,7 @@ for c = 1, #writes, 1000 do
 end
 if uniform then
   reply[3] = unpacked[0]
-  redis.call('SET', KEYS[2], head .. table.concat(ARGV, entry_tail[0], 7, 6 + nk) .. entry_tail[0])
+  redis.call('SET', KEYS[2], head .. table.concat(ARGV, entry_tail[0], 7 + m, 6 + nk) .. entry_tail[0])
 else
   redis.call('SET', KEYS[2], table.concat(sess))
 end

@@ -123,9 +123,16 @@ local function unlink_serving(K, key, rec)
 end
 
 -- Whether a record holds a location a new write must not shadow (writing, serving, or being
--- unlinked).
+-- unlinked). Read in place, one pass over the state bytes: a write's start asks this of every
+-- present key of a request, so it builds no table (has_state builds one per call).
 local function has_live(rec)
-  return has_state(rec, 'W') or has_state(rec, 'S') or has_state(rec, 'X')
+  local p = HDR + 1
+  while p <= #rec do
+    local st = rec:byte(p)
+    if st == 87 or st == 83 or st == 88 then return true end -- 'W', 'S', 'X'
+    if rec:byte(p + 12) == 255 and rec:byte(p + 13) == 255 then p = p + 14 else p = p + 26 end
+  end
+  return false
 end
 
 -- Session record entries: key (8) | bytes u32 | location (26 bytes, zero-padded when shorter).

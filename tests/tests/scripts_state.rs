@@ -408,6 +408,63 @@ async fn a_session_of_new_blocks_gets_one_location_per_block_from_a_reply_that_c
     assert_eq!(uris.len(), 6, "six packed blocks, six places: {s}");
 }
 
+/// A request as connectors send it, every key with the stored prefix first: the script's common
+/// path (no per-key bookkeeping, one location in its reply) must mask exactly that prefix, link
+/// the first new block under the prefix's last and give every new block its own URI. Near
+/// misses of that shape (a stored key out of request order, a first key with a parent, a prefix
+/// key only being deleted) take the general path and must come out linked as it links them.
+#[tokio::test]
+async fn a_stored_prefix_then_new_keys_is_masked_linked_and_answered_per_block() {
+    let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    let leaves = || async {
+        let mut l: Vec<Vec<u8>> = zset(&format!("{p}lru")).await.into_iter().map(|(k, _)| k).collect();
+        l.sort();
+        l
+    };
+    let parent = |k: i64| {
+        let blocks = format!("{p}blocks");
+        async move {
+            let mut c = valkey().await;
+            let rec: Vec<u8> = redis::cmd("HGET").arg(blocks).arg(field(k)).query_async(&mut c).await.unwrap();
+            (rec[0] & 1 == 1).then(|| i64::from_be_bytes(rec[1..9].try_into().unwrap()))
+        }
+    };
+    fx.write(&[1, 2, 3]).await;
+    let s = fx.start(&[1, 2, 3, 4, 5, 6]).await;
+    assert_eq!(s["block_mask"], json!({"offset": 3}), "{s}");
+    let uris = Fixture::first_uris(&s);
+    assert_eq!(uris.len(), 3, "{s}");
+    for (k, uri) in [4, 5, 6].iter().zip(&uris) {
+        assert!(uri.contains(&format!("{k:016x}")), "block {k}'s own URI: {uri}");
+    }
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 3})).await));
+    assert_eq!(parent(4).await, Some(3), "the first new block links under the prefix's last");
+    assert_eq!(leaves().await, vec![field(6)], "3 stopped being a leaf");
+    assert_eq!(Fixture::real(&fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4, 5, 6], json!({})).await).len(), 6);
+
+    // Near misses. 20 is stored with no parent and sent after 1: out of request order.
+    fx.write(&[20]).await;
+    let s = fx.start(&[1, 20, 21]).await;
+    assert_eq!(s["block_mask"], json!({"offset": 2}), "{s}");
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 1})).await));
+    assert_eq!(parent(21).await, Some(20));
+    // A first key that has a parent (5, under 4): its chain leaves the request.
+    let s = fx.start(&[5, 6, 7]).await;
+    assert_eq!(s["block_mask"], json!({"offset": 2}), "{s}");
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 1})).await));
+    assert_eq!(parent(7).await, Some(6));
+    // A prefix key whose only location is being deleted is written again, under its parent.
+    assert_ok(&fx.api.meta("removeCache", json!({"instance_id": fx.instance, "block_keys": [7]})).await);
+    let s = fx.start(&[1, 2, 3, 4, 5, 6, 7, 8]).await;
+    assert_eq!(s["block_mask"], json!({"offset": 6}), "{s}");
+    assert_eq!(Fixture::first_uris(&s).len(), 2, "{s}");
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 2})).await));
+    assert_eq!((parent(7).await, parent(8).await), (Some(6), Some(7)));
+    let want: Vec<Vec<u8>> = [8, 21].iter().map(|k| field(*k)).collect();
+    assert_eq!(leaves().await, want);
+}
+
 #[tokio::test]
 async fn the_expirer_does_not_count_a_session_finished_just_before_it() {
     let fx = Fixture::new(&[("tp0", 8)], 1, json!({})).await;
