@@ -55,6 +55,10 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
     }
     let mut instances: BTreeSet<String> = crate::discovery::instances(w).into_iter().collect();
     instances.extend(w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).orphans.iter().cloned());
+    // Progress of instances no longer found goes (the map stays as large as the instance list).
+    w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.retain(|i, _| instances.contains(i));
+    // One instance's failure (its node unreachable) must not stop the others' collection.
+    let mut first_error = None;
     for instance in instances {
         let at = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.get(&instance).copied();
         let cursor = match at {
@@ -62,11 +66,18 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             Some((c, _)) if !c.done() => c,
             _ => TouchCursor::START,
         };
-        let pruned = w.data.prune_touches(&instance, cursor, BATCH).await?;
+        let pruned = match w.data.prune_touches(&instance, cursor, BATCH).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(%instance, error = %e, "collecting stale read bookkeeping failed");
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
         w.metrics.touch_entries_dropped.with_label_values(&["itouch"]).inc_by(pruned.itouch_dropped);
         w.metrics.touch_entries_dropped.with_label_values(&["icount"]).inc_by(pruned.icount_dropped);
         let not_before = if pruned.cursor.done() { now + PAUSE } else { now };
         w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.insert(instance, (pruned.cursor, not_before));
     }
-    Ok(())
+    first_error.map_or(Ok(()), |e| Err(e.into()))
 }
