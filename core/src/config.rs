@@ -272,6 +272,9 @@ pub struct WorkerConfig {
     pub file_op_timeout_ms: u64,
     pub evict_batch: usize,
     pub ttl_s: u64,
+    /// The pause between two passes of touch-gc over one instance (and between its scans for
+    /// removed instances' leftovers); 0 turns the job off.
+    pub touch_gc_pause_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

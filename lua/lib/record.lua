@@ -22,7 +22,8 @@
 -- prefix becomes a leaf, its count is every read that went through it, as LFU counts it, though
 -- a read touches one block: the read's touch in core/src/store/get_cache_location.rs; dropped
 -- when the block is unlinked, and again when the deleter releases a block that no longer
--- serves, in case a read's touch landed after the unlink).
+-- serves, in case a read's touch landed after the unlink; one that lands later still, like a
+-- late interior touch, is collected by the worker's touch-gc, lua/prune_touch.lua).
 -- Usage hash: b<storage id> = serving bytes, n<storage id> = serving blocks, lfu_clock = the
 -- LFU aging clock (the score of the last leaf evicted by frequency; new leaves start above it,
 -- so old popularity fades as the clock rises: LFU with dynamic aging).
@@ -124,7 +125,7 @@ end
 
 -- Whether a record holds a location a new write must not shadow (writing, serving, or being
 -- unlinked). Read in place, one pass over the state bytes: a write's start asks this of every
--- present key of a request, so it builds no table (has_state builds one per call).
+-- present key of a request, so it builds no table of locations.
 local function has_live(rec)
   local p = HDR + 1
   while p <= #rec do

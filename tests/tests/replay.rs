@@ -173,7 +173,7 @@ fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
 /// to the rules (a count not passed up, a promotion without it) moves this by points: without
 /// `+ pcount` in `unlink_serving` it serves 41.60%.
 ///
-/// The deleter is kept out of the way (its polling set to a minute): a key it is unlinking at the
+/// The deleter is kept out of the way (its polling set to an hour): a key it is unlinking at the
 /// moment a request misses it cannot be written again until it is released, so the request's
 /// later blocks serve below a hole for a while; in lockstep that happens at once after each
 /// eviction (it cost 0.76 points here), in a real fleet rarely (docs/optimizer.md).
@@ -201,7 +201,7 @@ async fn live_lfu_in_lockstep_serves_what_leaf_lfu_predicts() {
     let fx = Fixture::new(&[("tp0", 1)], 1, group).await;
     let _worker = WorkerProc::start(
         &fx.api.namespace,
-        &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "5"), ("KVCM_WORKER__POLL_INTERVAL_MS", "60000")],
+        &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "5"), ("KVCM_WORKER__POLL_INTERVAL_MS", "3600000")],
     );
     let usage = instance_key(&fx.api.namespace, &fx.instance, "usage");
     let mut conn = valkey().await;

@@ -61,11 +61,11 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
     assert_eq!(usage.values().copied().collect::<std::collections::BTreeSet<_>>(), [2, 256].into(), "{usage:?}");
 
     // A read's touch that lands after its block was unlinked (the pipeline races the removal)
-    // leaves a count behind: the deleter drops it when it releases the block (and the worker's
-    // touch-gc, whichever comes first), and the counts of blocks that still serve stay.
+    // leaves a count behind: the deleter drops it when it releases the block, and keeps the
+    // counts of blocks that still serve. (touch-gc, which would collect it too, is off here.)
     let _: i64 =
         redis::cmd("HINCRBY").arg(format!("{p}icount")).arg(field(3)).arg(1).query_async(&mut c).await.unwrap();
-    let _worker = WorkerProc::start(&fx.api.namespace, &[]);
+    let _worker = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__TOUCH_GC_PAUSE_MS", "0")]);
     let blocks = format!("{p}blocks");
     let released = eventually(std::time::Duration::from_secs(20), || async {
         let n = read_counts(&fx.api.namespace, &fx.instance).await;
@@ -83,7 +83,7 @@ async fn usage_and_the_leaf_index_follow_writes_and_removals() {
 
 /// A trim drops the read counts with everything else, and a count a read's touch adds after the
 /// trim goes when the deleter releases the trashed block (whose claim put its record back in
-/// `blocks`, deleting), or earlier, with the worker's touch-gc.
+/// `blocks`, deleting). touch-gc, which would collect it too, is off here.
 #[tokio::test]
 async fn a_trim_drops_the_read_counts_and_a_late_one_goes_with_the_release() {
     let fx = Fixture::new(&[("tp0", 100)], 1, lfu_group()).await;
@@ -100,7 +100,7 @@ async fn a_trim_drops_the_read_counts_and_a_late_one_goes_with_the_release() {
     let mut c = valkey().await;
     let _: i64 =
         redis::cmd("HINCRBY").arg(format!("{p}icount")).arg(field(3)).arg(1).query_async(&mut c).await.unwrap();
-    let _worker = WorkerProc::start(&fx.api.namespace, &[]);
+    let _worker = WorkerProc::start(&fx.api.namespace, &[("KVCM_WORKER__TOUCH_GC_PAUSE_MS", "0")]);
     let released = eventually(std::time::Duration::from_secs(20), || async {
         read_counts(&fx.api.namespace, &fx.instance).await.is_empty().then_some(())
     })
@@ -463,6 +463,20 @@ async fn a_stored_prefix_then_new_keys_is_masked_linked_and_answered_per_block()
     assert_eq!((parent(7).await, parent(8).await), (Some(6), Some(7)));
     let want: Vec<Vec<u8>> = [8, 21].iter().map(|k| field(*k)).collect();
     assert_eq!(leaves().await, want);
+    // Every key stored: all masked, no location, a session with nothing to finish.
+    let s = fx.start(&[1, 2, 3, 4, 5, 6]).await;
+    assert_eq!((s["block_mask"].clone(), Fixture::first_uris(&s).len()), (json!({"offset": 6}), 0), "{s}");
+    assert_ok(&(200, fx.finish(&s, json!({"offset": 0})).await));
+
+    // Packed files: the new blocks after a stored prefix get a place each in their files.
+    let packed = Fixture::new(&[("tp0", 8)], 4, json!({})).await;
+    packed.write(&[1, 2, 3]).await;
+    let s = packed.start(&(1..=8).collect::<Vec<i64>>()).await;
+    assert_eq!(s["block_mask"], json!({"offset": 3}), "{s}");
+    let uris: std::collections::BTreeSet<String> = Fixture::first_uris(&s).into_iter().collect();
+    assert_eq!(uris.len(), 5, "five packed blocks, five places: {s}");
+    assert_ok(&(200, packed.finish(&s, json!({"offset": 5})).await));
+    assert_eq!(Fixture::real(&packed.get("QT_PREFIX_MATCH", &(1..=8).collect::<Vec<i64>>(), json!({})).await).len(), 8);
 }
 
 #[tokio::test]
@@ -572,4 +586,45 @@ async fn a_taken_session_id_and_a_resent_trim_are_outcomes_of_their_own() {
     assert_eq!((code, n), (1, 2), "the resend answers the first run");
     let left: i64 = redis::cmd("HLEN").arg(k("tblocks")).query_async(&mut c).await.unwrap();
     assert_eq!(left, 1, "the block written since is not trimmed by the resend");
+}
+
+/// touch-gc's step (`DataPlane::prune_touches`, lua/prune_touch.lua) on indexes too large to come
+/// back in one scan page: it resumes from its cursors step by step until both are done, drops
+/// every entry whose block does not serve, keeps every serving block's, and leaves alone a
+/// field that is not a block key.
+#[tokio::test]
+async fn stale_read_bookkeeping_is_collected_step_by_step_and_serving_blocks_keep_theirs() {
+    use kvcm_core::store::maintenance::TouchCursor;
+    let fx = Fixture::new(&[("tp0", 8)], 1, lfu_group()).await;
+    let p = format!("{}:v1:{{i:{}}}:", fx.api.namespace, fx.instance);
+    let serving: Vec<i64> = (1..=40).collect();
+    fx.write(&serving).await;
+    let mut c = valkey().await;
+    let (itouch, icount) = (format!("{p}itouch"), format!("{p}icount"));
+    // 600 stale keys in each index, beside the 40 serving blocks' entries and a foreign field.
+    for k in serving.iter().copied().chain(10_000..10_600) {
+        let _: () = redis::cmd("ZADD").arg(&itouch).arg(k).arg(field(k)).query_async(&mut c).await.unwrap();
+        let _: () = redis::cmd("HSET").arg(&icount).arg(field(k)).arg(1).query_async(&mut c).await.unwrap();
+    }
+    let _: () = redis::cmd("HSET").arg(&icount).arg("not-a-block").arg(1).query_async(&mut c).await.unwrap();
+    let conn = redis::cluster::ClusterClient::new(vec![valkey_url()]).unwrap().get_async_connection().await.unwrap();
+    let data = kvcm_core::store::DataPlane::new(conn, &fx.api.namespace, Default::default());
+    let (mut cursor, mut steps, mut dropped) = (TouchCursor::START, 0, (0, 0));
+    while !cursor.done() {
+        let step = data.prune_touches(&fx.instance, cursor, 50).await.unwrap();
+        (cursor, steps) = (step.cursor, steps + 1);
+        dropped = (dropped.0 + step.itouch_dropped, dropped.1 + step.icount_dropped);
+        assert!(steps < 200, "the cursors do not advance: {cursor:?}");
+    }
+    assert!(steps > 3, "one scan page held everything ({steps} steps): the resume is not exercised");
+    assert_eq!(dropped, (600, 600));
+    let left: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+    let mut want: Vec<Vec<u8>> = serving.iter().map(|k| field(*k)).collect();
+    let mut got = left.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "the serving blocks keep their touches, and only they");
+    let counts: HashMap<Vec<u8>, i64> = redis::cmd("HGETALL").arg(&icount).query_async(&mut c).await.unwrap();
+    assert_eq!(counts.len(), 41, "40 serving blocks' counts and the foreign field");
+    assert!(counts.contains_key(b"not-a-block".as_slice()));
 }

@@ -153,9 +153,11 @@ impl Server {
         jobs.push(spawn_loop("engine-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
             Box::pin(async move { engine_gc::run_once(&w).await })
         }));
-        jobs.push(spawn_loop("touch-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
-            Box::pin(async move { touch_gc::run_once(&w).await })
-        }));
+        if cfg.touch_gc_pause_ms > 0 {
+            jobs.push(spawn_loop("touch-gc", rx.clone(), cfg.poll_interval_ms, w.clone(), |w| {
+                Box::pin(async move { touch_gc::run_once(&w).await })
+            }));
+        }
         jobs.push(spawn_loop("health", rx.clone(), cfg.health_interval_ms, w.clone(), |w| {
             Box::pin(async move { health::run_once(&w).await })
         }));

@@ -4,9 +4,11 @@
 //! lands after its block was evicted, trimmed or its instance removed re-creates its entry.
 //! Rare (a touch follows its read by well under a millisecond) but unbounded over months, so
 //! each step checks the next batch of every instance's entries from where the last step stopped,
-//! and a complete pass over an instance waits [`PAUSE`] before the next. Instances removed from
-//! the registry whose only keys left are such entries are found by their own scan, every
-//! [`ORPHAN_SCAN`]. Any number of workers may run it at once (the script is idempotent).
+//! and a complete pass over an instance waits `worker.touch_gc_pause_ms` (an hour by default)
+//! before the next. Instances with such keys but none that discovery looks for (removed from the
+//! registry, their deletions done) are found by a scan of their own, as often. Any number of
+//! workers may run it at once (the script is idempotent); each repeats the others' passes, which
+//! the long pause keeps cheap.
 
 use crate::Worker;
 use kvcm_core::store::maintenance::TouchCursor;
@@ -15,24 +17,25 @@ use std::time::{Duration, Instant};
 
 /// Entries scanned per index, instance and step.
 const BATCH: usize = 256;
-/// After a complete pass over an instance, the next starts this much later.
-const PAUSE: Duration = Duration::from_secs(60);
-/// How often instances with nothing left but read bookkeeping are looked for.
-const ORPHAN_SCAN: Duration = Duration::from_secs(60);
+/// After a step that failed for an instance (its node unreachable), it is tried again this much
+/// later.
+const RETRY: Duration = Duration::from_secs(5);
 
 /// The collection's progress, per worker process.
 #[derive(Debug, Default)]
 pub struct State {
     cursors: HashMap<String, (TouchCursor, Instant)>,
-    orphans: Vec<String>,
-    orphans_scanned: Option<Instant>,
+    /// Every instance with an `itouch` or `icount` key, as of the last scan.
+    with_keys: Vec<String>,
+    scanned: Option<Instant>,
 }
 
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
     let now = Instant::now();
+    let pause = Duration::from_millis(w.config.worker.touch_gc_pause_ms);
     let scan_due = {
         let st = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner());
-        st.orphans_scanned.is_none_or(|t| now.duration_since(t) >= ORPHAN_SCAN)
+        st.scanned.is_none_or(|t| now.duration_since(t) >= pause)
     };
     if scan_due {
         let mut found = BTreeSet::new();
@@ -46,15 +49,15 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         )
         .await;
         let mut st = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner());
-        st.orphans = found.into_iter().collect();
-        st.orphans_scanned = Some(now);
+        st.with_keys = found.into_iter().collect();
+        st.scanned = Some(now);
         // A node that could not be scanned is tried again at the next scan; the others' finds stand.
         if let Err(e) = scanned {
             tracing::warn!(error = %e, "scanning for read bookkeeping of removed instances failed");
         }
     }
     let mut instances: BTreeSet<String> = crate::discovery::instances(w).into_iter().collect();
-    instances.extend(w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).orphans.iter().cloned());
+    instances.extend(w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).with_keys.iter().cloned());
     // Progress of instances no longer found goes (the map stays as large as the instance list).
     w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.retain(|i, _| instances.contains(i));
     // One instance's failure (its node unreachable) must not stop the others' collection.
@@ -71,12 +74,14 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             Err(e) => {
                 tracing::warn!(%instance, error = %e, "collecting stale read bookkeeping failed");
                 first_error.get_or_insert(e);
+                let retry = (cursor, now + RETRY);
+                w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.insert(instance, retry);
                 continue;
             }
         };
         w.metrics.touch_entries_dropped.with_label_values(&["itouch"]).inc_by(pruned.itouch_dropped);
         w.metrics.touch_entries_dropped.with_label_values(&["icount"]).inc_by(pruned.icount_dropped);
-        let not_before = if pruned.cursor.done() { now + PAUSE } else { now };
+        let not_before = if pruned.cursor.done() { now + pause } else { now };
         w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.insert(instance, (pruned.cursor, not_before));
     }
     first_error.map_or(Ok(()), |e| Err(e.into()))

@@ -552,7 +552,8 @@ impl DataPlane {
     /// costs Valkey ~2.8 µs more per read than the two `ZADD`s (docs/benchmarks.md, "The read's
     /// touch: a pipeline, not a script"). The count is right whether or not the block is still
     /// a leaf when the pipeline lands; a count added after the block was unlinked is dropped
-    /// when the deleter releases the block (`drop_deleting`), unless it lands even later.
+    /// when the deleter releases the block (`drop_deleting`), and one that lands even later (or
+    /// an interior touch that lands after its block went) by the worker's touch-gc.
     fn touch(&self, instance_id: &str, block: i64, leaf: bool, count: bool) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
