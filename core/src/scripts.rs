@@ -281,13 +281,13 @@ mod tests {
             "-- lib: header\nlocal X = 1\nlocal function one() return X end\n-- two: calls one\n\
              local function two()\n  return one() + 1\nend\nlocal Y = 2\nreturn two() + Y\n"
         );
-        // The write path's scripts: what they call (has_live -> has_state -> locs -> loc_len),
-        // not the rest of lib/record.lua.
+        // The write path's scripts: what they call (has_live reads a record in place, so the
+        // location walkers it used to call are left out), not the rest of lib/record.lua.
         let start = START_WRITE_CACHE.source();
-        for f in ["has_live", "has_state", "locs", "loc_len", "rec_new", "session_key", "session_loc"] {
+        for f in ["has_live", "rec_new", "rec_parent", "session_key", "session_loc"] {
             assert!(start.contains(&format!("local function {f}(")), "start_write_cache lacks {f}");
         }
-        for f in ["unlink_serving", "drop_deleting", "queue_delete", "usage_add"] {
+        for f in ["unlink_serving", "drop_deleting", "queue_delete", "usage_add", "has_state", "locs"] {
             assert!(!start.contains(&format!("local function {f}(")), "start_write_cache carries {f}");
         }
         assert!(FINISH_WRITE_CACHE.source().contains("local function queue_delete("));
