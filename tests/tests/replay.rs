@@ -48,6 +48,22 @@ const LFU_UNDER: f64 = 0.01;
 /// The most the replay's cache holds between rounds, as a multiple of the capacity (see above).
 const LFU_HELD: f64 = 1.3;
 
+/// The generated chat workload both LFU tests replay (2,000 requests, seed 1), written as a
+/// Mooncake trace under a fresh directory: its requests, its path, the trace, and the capacity
+/// (2% of its distinct blocks, 287).
+fn chat_slice(dir: &str) -> (Vec<kvcm_optimizer::workload::Request>, std::path::PathBuf, Trace, usize) {
+    let requests = kvcm_optimizer::workload::generate(kvcm_optimizer::workload::WorkloadKind::Chat, 2000, 1);
+    let dir = repo_root().join(".kvcm/test-data").join(unique(dir));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("chat.jsonl");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    kvcm_optimizer::workload::write_mooncake(&requests, &mut file).unwrap();
+    drop(file);
+    let slice = Trace::read(&path, TraceFormat::Mooncake).unwrap();
+    let capacity = (0.02 * slice.distinct_blocks() as f64).round() as usize;
+    (requests, path, slice, capacity)
+}
+
 /// The shared Mooncake trace, vendored in tests/data/traces (see its README).
 fn shared_trace() -> std::path::PathBuf {
     repo_root().join("tests/data/traces/mooncake_synthetic_trace.jsonl")
@@ -127,15 +143,7 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
 /// tests/tests/worker.rs and scripts_state.rs; this one bounds what they buy end to end.
 #[test]
 fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
-    let requests = kvcm_optimizer::workload::generate(kvcm_optimizer::workload::WorkloadKind::Chat, 2000, 1);
-    let dir = repo_root().join(".kvcm/test-data").join(unique("replay-chat"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace_path = dir.join("chat.jsonl");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&trace_path).unwrap());
-    kvcm_optimizer::workload::write_mooncake(&requests, &mut file).unwrap();
-    drop(file);
-    let slice = Trace::read(&trace_path, TraceFormat::Mooncake).unwrap();
-    let capacity = (0.02 * slice.distinct_blocks() as f64).round() as usize;
+    let (_, trace_path, slice, capacity) = chat_slice("replay-chat");
     let predict =
         |kind, capacity| kvcm_optimizer::simulate(&slice, kind, capacity, &PolicyParams::default(), None).hit_rate();
     let (lfu, lru) = (predict(PolicyKind::LeafLfu, capacity), predict(PolicyKind::LeafLru, capacity));
@@ -179,15 +187,8 @@ fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
 /// eviction (it cost 0.76 points here), in a real fleet rarely (docs/optimizer.md).
 #[tokio::test]
 async fn live_lfu_in_lockstep_serves_what_leaf_lfu_predicts() {
-    let requests = kvcm_optimizer::workload::generate(kvcm_optimizer::workload::WorkloadKind::Chat, 2000, 1);
-    let dir = repo_root().join(".kvcm/test-data").join(unique("lockstep"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace_path = dir.join("chat.jsonl");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&trace_path).unwrap());
-    kvcm_optimizer::workload::write_mooncake(&requests, &mut file).unwrap();
-    drop(file);
-    let slice = Trace::read(&trace_path, TraceFormat::Mooncake).unwrap();
-    let capacity = (0.02 * slice.distinct_blocks() as f64).round() as i64;
+    let (requests, _, slice, capacity) = chat_slice("lockstep");
+    let capacity = capacity as i64;
     let predict =
         |kind| kvcm_optimizer::simulate(&slice, kind, capacity as usize, &PolicyParams::default(), None).hit_rate();
     let (lfu, lru) = (predict(PolicyKind::LeafLfu), predict(PolicyKind::LeafLru));
