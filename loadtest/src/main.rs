@@ -107,6 +107,11 @@ enum Cmd {
         /// shard's script thread; more: a fleet's instances, on different slots).
         #[arg(long, default_value_t = 1)]
         write_instances: usize,
+        /// Each write session sends this many stored keys before its 32 new ones, as connectors
+        /// send a request (every key, the cached prefix first); 0 = the new keys alone. Each task
+        /// writes its prefix once first.
+        #[arg(long, default_value_t = 0)]
+        write_prefix: usize,
     },
     /// Cost of `durability = "replica_ack"`, side by side in one run: two-phase writes of 32
     /// blocks on the data plane with `off` and with `replica_ack` (WAIT for one replica),
@@ -662,7 +667,7 @@ async fn run(args: Args) -> Result<()> {
             }
         }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
-        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction, write_instances } => {
+        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix } => {
             let b = Arc::new(Bench::new(&args.valkey, 1).await?);
             let written = prompts * 128;
             let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
@@ -775,9 +780,21 @@ async fn run(args: Args) -> Result<()> {
                 tokio::spawn(async move {
                     let inst = &instances[i % instances.len()];
                     let mut conn = h1::H1::connect(server).await?;
+                    // The task's stored prefix: a chain from a root, written once.
+                    let prefix: Vec<i64> = (0..write_prefix).map(|_| fastrand::i64(..)).collect();
+                    if !prefix.is_empty() {
+                        let start = serde_json::json!({"instance_id": inst, "block_keys": prefix}).to_string();
+                        let reply = conn.post("/api/startWriteCache", start.into()).await?;
+                        anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
+                        let s: serde_json::Value = serde_json::from_slice(&reply)?;
+                        let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": prefix.len()}});
+                        let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
+                        anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
+                    }
+                    let t = Instant::now();
                     let mut n = 0u64;
                     while t.elapsed() < dur {
-                        let keys: Vec<i64> = (0..32).map(|_| fastrand::i64(..)).collect();
+                        let keys: Vec<i64> = prefix.iter().copied().chain((0..32).map(|_| fastrand::i64(..))).collect();
                         let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
                         let reply = conn.post("/api/startWriteCache", start.into()).await?;
                         anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
@@ -796,7 +813,7 @@ async fn run(args: Args) -> Result<()> {
             }
             let sessions = total as f64 / t.elapsed().as_secs_f64();
             println!(
-                "throughput: two-phase writes of 32 blocks through HTTP, {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
+                "throughput: two-phase writes of 32 blocks through HTTP (after {write_prefix} stored keys), {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
                 instances.len()
             );
             for extra in &instances[1..] {
@@ -806,6 +823,7 @@ async fn run(args: Args) -> Result<()> {
                 }
             }
             rec["write_instances"] = serde_json::json!(instances.len());
+            rec["write_prefix"] = serde_json::json!(write_prefix);
             rec["write_sessions_per_s"] = serde_json::json!(sessions);
             record(&args.record, rec)?;
             let _ = stop_tx.send(());
