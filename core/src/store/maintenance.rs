@@ -253,8 +253,6 @@ impl TouchCursor {
 /// What one [`DataPlane::prune_touches`] step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TouchesPruned {
-    /// Entries checked (an entry in both indexes counts twice).
-    pub checked: u64,
     pub itouch_dropped: u64,
     pub icount_dropped: u64,
     pub cursor: TouchCursor,
@@ -282,8 +280,7 @@ impl DataPlane {
             fields.extend(page.into_iter().step_by(2));
             *out = (n != 0).then_some(n);
         }
-        let mut out =
-            TouchesPruned { checked: fields.len() as u64, itouch_dropped: 0, icount_dropped: 0, cursor: next };
+        let mut out = TouchesPruned { itouch_dropped: 0, icount_dropped: 0, cursor: next };
         // A field that is not a block key was not written by kvcm: left alone.
         fields.retain(|f| f.len() == 8);
         fields.sort_unstable();
