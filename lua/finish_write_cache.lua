@@ -134,6 +134,8 @@ local function served(j, rec, sid)
   -- before them), rather than wrapping to 0.
   if c < 65535 then c = c + 1 end
   prec = rec_set_children(prec, c)
+  -- A second serving child: the parent is a prefix requests branch from (its `adaptive` class).
+  if c == 2 and not rec_shared(prec) then prec = string.char(prec:byte(1) + 2) .. prec:sub(2) end
   if pj then
     recs[pj] = prec
     state[pj] = state[pj] or 1

@@ -7,6 +7,10 @@
 -- KEYS[3] sessions  zset session id -> deadline (unix s), for the expirer
 -- KEYS[4] seq       string counter of session numbers
 -- KEYS[5] files     hash packed file id (first key .. member hash) -> blocks written into it
+-- KEYS[6] ighost    (only in groups that reclaim by `adaptive`) zset of evicted shared blocks
+--                   (lua/evict.lua): each new record is classed (lib/record.lua) — long write
+--                   from the LONG_RUN-th key of a run of new keys on, shared when the ghost
+--                   remembers the key (its entry is then dropped)
 -- ARGV[1] session id (the member of `sessions`)
 -- ARGV[2] timeout, seconds (> 0)
 -- ARGV[3] storage id (1..65535) for the new locations
@@ -33,7 +37,13 @@
 --   -> blocks = {A: serving, B: W seq 7, C: W seq 7}, reply {1, "100", locB, locC};
 --   a second writer of {A, B} now gets {1, "11"} and no locations.
 local nk = #ARGV - 6
-if #KEYS ~= 5 or nk < 1 then return redis.error_reply('start_write_cache: expected 5 keys and >= 7 args') end
+if (#KEYS ~= 5 and #KEYS ~= 6) or nk < 1 then
+  return redis.error_reply('start_write_cache: expected 5 or 6 keys and >= 7 args')
+end
+-- The `adaptive` policy's long-write class starts at this key of a run of new keys
+-- (optimizer/src/policy/adaptive.rs, LONG_RUN).
+local LONG_RUN = 16
+local ghost = KEYS[6]
 local timeout, storage, per_file = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local groups = ARGV[5]
 if not timeout or timeout <= 0 then return redis.error_reply('start_write_cache: write timeout must be positive') end
@@ -221,6 +231,7 @@ local function group_parts(g)
   entry_tail[g] = packed_size[g] .. unpacked[g] .. string.rep('\0', 26 - #unpacked[g])
 end
 local f = 0
+local run, last_new = 0, -1
 while f * per_file < nnew do
   local first, last = f * per_file + 1, math.min((f + 1) * per_file, nnew)
   local file_tail = nil
@@ -258,6 +269,14 @@ while f * per_file < nnew do
       rec = rec_new(ARGV[5 + i], loc)
     else
       rec = rec_new(nil, loc)
+    end
+    if ghost then
+      -- Classes for `adaptive`: a run of new keys goes on while each is the key after the last.
+      if last_new == i - 1 and not unlinked[i] then run = run + 1 else run = 1 end
+      last_new = i
+      local bits = (run >= LONG_RUN) and 4 or 0
+      if redis.call('ZREM', ghost, k) == 1 then bits = bits + 2 end
+      rec = rec_set_class(rec, bits)
     end
     writes[nw + 1], writes[nw + 2] = k, rec
     nw = nw + 2

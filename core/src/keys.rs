@@ -146,6 +146,14 @@ pub struct InstanceKeys {
     /// Hash: block key → its read count for LFU (reads that ended at it plus its evicted
     /// children's counts; kept in groups that reclaim by LFU, `lua/lib/record.lua`).
     pub icount: String,
+    /// Hash, in groups that reclaim by `adaptive` (`lua/evict.lua`): `h<class>:<bucket>` /
+    /// `e<class>:<bucket>` → hits / evictions counted at that age bucket (decayed, so floats);
+    /// `events` → events since the last decay; `gseq` → evicted shared blocks so far; `peak` →
+    /// the most serving blocks seen; `table` → the density table the evictions rank by.
+    pub adaptive: String,
+    /// Zset, in groups that reclaim by `adaptive`: evicted shared block → its eviction's number
+    /// in `gseq`; the latest tenth of the peak serving count (`lua/evict.lua`).
+    pub ighost: String,
     /// Stream: locations queued for physical deletion.
     pub del: String,
     /// Zset: open write session id → deadline (unix s).
@@ -188,6 +196,8 @@ impl InstanceKeys {
             lfu: k("lfu"),
             itouch: k("itouch"),
             icount: k("icount"),
+            adaptive: k("adaptive"),
+            ighost: k("ighost"),
             del: k("del"),
             sessions: k("sessions"),
             seq: k("seq"),
@@ -228,6 +238,8 @@ impl InstanceKeys {
             &self.lfu,
             &self.itouch,
             &self.icount,
+            &self.adaptive,
+            &self.ighost,
             &self.del,
             &self.sessions,
             &self.seq,

@@ -6,8 +6,15 @@
 --
 -- Block record (the value of one field of the instance's `blocks` hash; the field is the block
 -- key as 8 big-endian bytes):
---   flags u8 (bit 0: has parent) | parent 8 bytes | children u16 LE | location*
+--   flags u8 (bit 0: has parent; bit 1: shared, bit 2: long write — the classes of the
+--   `adaptive` policy, below) | parent 8 bytes | children u16 LE | location*
 -- `children` counts the block's children that are serving; a serving block with none is a leaf.
+-- *Shared*: the block has had two serving children at once since it was written (a prefix
+-- requests branch from), or it was written back while the instance's `ighost` remembered it
+-- as an evicted shared block. *Long write*: the block was the LONG_RUN-th key of its write
+-- session's run of new keys, or later (a pasted document, a long tool output). Both are set
+-- when the block is written (start_write_cache.lua, in groups that reclaim by `adaptive`) and
+-- shared also when its second child serves (finish_write_cache.lua, in every group).
 -- Location (14 bytes, or 26 when its block is packed into a shared file):
 --   state 1 byte ('W' writing, 'S' serving, 'D' deleting, 'X' deleting and its file being
 --   unlinked right now: the key cannot be written again until the deleter releases it)
@@ -37,6 +44,14 @@ local FINISHED_TTL_MS = 60000
 local function rec_new(parent, loc)
   if parent then return '\1' .. parent .. '\0\0' .. (loc or '') end
   return '\0\0\0\0\0\0\0\0\0\0\0' .. (loc or '')
+end
+-- The record with its class bits (flags bits 1 and 2) replaced by `bits` (0, 2, 4 or 6).
+local function rec_set_class(rec, bits)
+  return string.char(rec:byte(1) % 2 + bits) .. rec:sub(2)
+end
+-- Whether the record's block is shared (flags bit 1).
+local function rec_shared(rec)
+  return math.floor(rec:byte(1) / 2) % 2 == 1
 end
 local function rec_parent(rec)
   if rec:byte(1) % 2 == 1 then return rec:sub(2, 9) end

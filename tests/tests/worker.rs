@@ -966,3 +966,134 @@ async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
     assert_ok(&(200, fx.finish(&s, json!({"offset": n})).await));
     assert!(!read_counts(&ns, &fx.instance).await.contains_key(&stale(88)));
 }
+
+/// A group that reclaims by kvcm's `adaptive` policy.
+fn adaptive_group() -> Value {
+    json!({"cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_ADAPTIVE"}}})
+}
+
+/// The flags byte of a block's record (lua/lib/record.lua: bit 1 shared, bit 2 long write).
+async fn flags(fx: &Fixture, key: i64) -> u8 {
+    let mut c = valkey().await;
+    let rec: Vec<u8> = redis::cmd("HGET")
+        .arg(instance_key(&fx.api.namespace, &fx.instance, "blocks"))
+        .arg(&key.to_be_bytes()[..])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    rec[0]
+}
+
+
+/// `adaptive` ranks leaves in three classes (docs/optimizer.md, "Classes the store can keep"),
+/// which the store keeps in a record's flags: a block written 16 or more keys into its
+/// session's run of new keys is a long write; a block with two serving children at once is
+/// shared; and an evicted shared block, remembered by the instance's ghost, is shared again as
+/// soon as it is written back (before any second child), its ghost entry then dropped.
+#[tokio::test]
+async fn adaptive_classes_blocks_by_their_writes_their_children_and_the_ghost() {
+    use kvcm_core::hit_density::{LONG_BIT, SHARED_BIT};
+    let fx = Fixture::new(&[("tp0", 10)], 1, adaptive_group()).await;
+    let data = data_plane(&fx.api.namespace, valkey().await);
+    let document: Vec<i64> = (1..=20).collect();
+    fx.write(&document).await;
+    for k in 1..=15 {
+        assert_eq!(flags(&fx, k).await & LONG_BIT, 0, "block {k} is not a long write");
+    }
+    for k in 16..=20 {
+        assert_eq!(flags(&fx, k).await & LONG_BIT, LONG_BIT, "block {k} is a long write");
+    }
+    // A stored prefix, then new keys: the run starts again at the first new key.
+    fx.write(&[1, 2, 3, 100]).await;
+    assert_eq!(flags(&fx, 3).await & SHARED_BIT, SHARED_BIT, "block 3 has two serving children");
+    assert_eq!(flags(&fx, 100).await, 1, "a short suffix: its parent bit only");
+    assert_eq!(flags(&fx, 2).await & SHARED_BIT, 0, "one child");
+    // Everything evicted: the shared block is remembered, the others are not.
+    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
+    let evicted = data
+        .evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Adaptive, 100, None, None, &lease, 0, 0)
+        .await
+        .unwrap()
+        .expect("the lease is held");
+    assert_eq!(evicted.blocks, 21);
+    let ghost = instance_key(&fx.api.namespace, &fx.instance, "ighost");
+    let mut c = valkey().await;
+    let remembered: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&ghost).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+    assert_eq!(remembered, vec![3i64.to_be_bytes().to_vec()]);
+    // Written back while their evicted locations still wait for the deleter (none runs here).
+    fx.write(&[1, 2, 3]).await;
+    assert_eq!(flags(&fx, 3).await & SHARED_BIT, SHARED_BIT, "written back from the ghost: shared at once");
+    assert_eq!(flags(&fx, 2).await & SHARED_BIT, 0);
+    let remembered: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&ghost).arg(0).arg(-1).query_async(&mut c).await.unwrap();
+    assert!(remembered.is_empty(), "the ghost's entry is dropped when its block is written");
+}
+
+/// `adaptive` live: a read that ends at a leaf counts a hit at the leaf's age and class; once
+/// enough hits and evictions are counted, the worker's learning step turns them into the table
+/// evictions rank by, and decays them. With a table learned from a history where shared
+/// prefixes were read back and one-off blocks never were, a prompt that is the oldest leaf in
+/// the cache survives eviction of every one-off chain written after it — where LRU would take
+/// it first.
+#[tokio::test]
+async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() {
+    use kvcm_core::hit_density::{BUCKETS, DECAY_EVENTS, bucket};
+    let fx = Fixture::new(&[("tp0", 10)], 1, adaptive_group()).await;
+    let data = data_plane(&fx.api.namespace, valkey().await);
+    let hist = instance_key(&fx.api.namespace, &fx.instance, "adaptive");
+    let mut c = valkey().await;
+    // A prompt (1..=4) two conversations branch from (5, 6), then three one-off chains.
+    fx.write(&[1, 2, 3, 4, 5]).await;
+    fx.write(&[1, 2, 3, 4, 6]).await;
+    let chain = |c: i64| (c * 100..c * 100 + 6).collect::<Vec<_>>();
+    for k in 1..=3 {
+        fx.write(&chain(k)).await;
+    }
+    // Reads: one ending at a leaf (a hit, class 0), one ending at the interior prompt (none).
+    fx.get("QT_PREFIX_MATCH", &chain(1), json!({})).await;
+    fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
+    wait_until("the leaf's hit is counted", 5, || async {
+        let mut c = valkey().await;
+        let all: std::collections::HashMap<String, String> =
+            redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
+        all.get("events").map(String::as_str) == Some("1")
+            && all.keys().filter(|k| k.starts_with('h')).count() == 1
+            && all.keys().any(|k| k.strip_prefix('h').and_then(|c| c.parse::<usize>().ok()).is_some_and(|c| c < BUCKETS))
+    })
+    .await;
+    let _: () = redis::cmd("DEL").arg(&hist).query_async(&mut c).await.unwrap();
+    // A learned history: shared leaves read back at ~1 s, or evicted at ~10 min; leaves of the
+    // rest evicted at every age, never read back.
+    let mut cells: Vec<(String, f64)> =
+        vec![(format!("h{}", BUCKETS + bucket(1_000)), 100.0), (format!("e{}", BUCKETS + bucket(600_000)), 10.0)];
+    cells.extend((0..BUCKETS).map(|b| (format!("e{b}"), 20.0)));
+    let events = DECAY_EVENTS as f64 + 500.0;
+    let mut args: Vec<(String, f64)> = cells.clone();
+    args.push(("events".into(), events));
+    let _: () = redis::cmd("HSET").arg(&hist).arg(&args).query_async(&mut c).await.unwrap();
+    assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 1, "one decay due");
+    let learned: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
+    let table: Vec<f64> = learned["table"].split(',').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(table.len(), 3 * BUCKETS);
+    assert!(table[..BUCKETS].iter().all(|d| *d == 0.0), "the rest class is never read back");
+    assert!(table[BUCKETS + bucket(10)] > 0.0, "a young shared leaf is worth keeping");
+    assert_eq!(learned["events"].parse::<f64>().unwrap(), 500.0);
+    assert!((learned[&cells[0].0].parse::<f64>().unwrap() - 90.0).abs() < 1e-9, "decayed by 0.9");
+    assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 0, "not due again");
+    // 20 blocks go: the conversations' suffixes (5, 6) and the three one-off chains. The
+    // prompt, a shared leaf once 5 and 6 went, is the least recently used leaf throughout.
+    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
+    let evicted = data
+        .evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Adaptive, 20, None, None, &lease, 0, 0)
+        .await
+        .unwrap()
+        .expect("the lease is held");
+    assert_eq!(evicted.blocks, 20);
+    let all: Vec<i64> = [1, 2, 3, 4, 5, 6].into_iter().chain((1..=3).flat_map(chain)).collect();
+    let kept = Fixture::real(&fx.get("QT_BATCH_GET", &all, json!({})).await);
+    assert_eq!(&kept[..4], [true; 4], "the shared prompt is kept: {kept:?}");
+    assert!(kept[4..].iter().all(|k| !k), "the suffixes and one-off chains went: {kept:?}");
+    let counted: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
+    assert_eq!(counted["events"].parse::<f64>().unwrap(), 520.0, "each eviction counted");
+}

@@ -10,7 +10,8 @@
 //! script. Evictions run `evict_batch` leaves per script call, so no call holds Valkey long.
 //! Policies: POLICY_LRU (and unspecified) — least recently used leaf first, which is leaf-aware
 //! LRU (suffixes go before their prefixes); POLICY_LFU — least frequently used leaf first;
-//! POLICY_TTL — leaves not accessed for `ttl_s` first, then LRU.
+//! POLICY_TTL — leaves not accessed for `ttl_s` first, then LRU; POLICY_ADAPTIVE (kvcm's own) —
+//! the leaf of lowest learned hit density among 32 sampled (lua/evict.lua, docs/worker.md).
 
 use crate::Worker;
 use kvcm_core::backend;
@@ -20,6 +21,10 @@ use kvcm_core::wire::StorageType;
 use kvcm_core::wire::admin::{InstanceGroup, ReclaimPolicy};
 use std::collections::HashMap;
 use std::time::Instant;
+
+/// Leaves per evict call by `adaptive`, whose every eviction samples 32 leaves and reads their
+/// records (docs/benchmarks.md has the cost of a call).
+const ADAPTIVE_BATCH: usize = 16;
 
 /// One round over every group; one group's failure does not starve the others.
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
@@ -221,6 +226,11 @@ async fn evict_instance(
         let ttl_cutoff = kvcm_core::store::now_ms().saturating_sub(w.config.worker.ttl_s.saturating_mul(1000));
         let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
             ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
+            ReclaimPolicy::POLICY_ADAPTIVE => {
+                // The table evictions rank by follows what was counted since the last round.
+                w.data.adaptive_learn(instance).await?;
+                vec![(EvictIndex::Adaptive, None)]
+            }
             ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],
             _ => vec![(EvictIndex::Lru, None)],
         };
@@ -237,7 +247,12 @@ async fn evict_instance(
                         instance,
                         sizes,
                         index,
-                        w.config.worker.evict_batch,
+                        // A sampled eviction reads SAMPLES records: fewer per call keep it ~1 ms.
+                        if index == EvictIndex::Adaptive {
+                            w.config.worker.evict_batch.min(ADAPTIVE_BATCH)
+                        } else {
+                            w.config.worker.evict_batch
+                        },
                         before,
                         *storage,
                         lease,

@@ -66,14 +66,25 @@ pub fn select(query: QueryType, hits: &[bool], mask: &BlockMask, sw_size: i32) -
     }
 }
 
-/// Whether reads of `inst` keep per-block read counts: only where its group reclaims by LFU,
-/// the one policy that uses them (a prefix ranked by every read through it, lua/lib/record.lua);
-/// other groups' reads skip the `HINCRBY`. A group switched to LFU starts counting then, and its
-/// prefixes are ranked by the reads since (as its aging clock forgets older ones anyway).
-fn counts_reads(snap: &Snapshot, inst: &InstanceInfo) -> bool {
-    snap.groups.get(&inst.instance_group_name).is_some_and(|g| {
-        g.cache_config.reclaim_strategy.reclaim_policy == crate::wire::admin::ReclaimPolicy::POLICY_LFU
-    })
+/// What a read's touch keeps besides recency, by the policy the instance's group reclaims by:
+/// LFU keeps per-block read counts (a prefix ranked by every read through it,
+/// lua/lib/record.lua); `adaptive` counts a hit on a leaf at its age and class
+/// (lua/evict.lua). Other groups' reads skip both. A group switched to either starts keeping it
+/// then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keeps {
+    Recency,
+    Counts,
+    Hits,
+}
+
+fn keeps(snap: &Snapshot, inst: &InstanceInfo) -> Keeps {
+    use crate::wire::admin::ReclaimPolicy as P;
+    match snap.groups.get(&inst.instance_group_name).map(|g| g.cache_config.reclaim_strategy.reclaim_policy) {
+        Some(P::POLICY_LFU) => Keeps::Counts,
+        Some(P::POLICY_ADAPTIVE) => Keeps::Hits,
+        _ => Keeps::Recency,
+    }
 }
 
 /// Refuses a query `select` would refuse whatever the hits, before anything is read.
@@ -329,10 +340,13 @@ impl DataPlane {
         let records = self.records(&self.keys(&inst.instance_id), blocks).await?;
         let mut per_block: Vec<Vec<CacheLocation>> = Vec::with_capacity(blocks.len());
         let mut children: Vec<Option<u16>> = Vec::with_capacity(blocks.len());
+        // Each record's flags byte (its `adaptive` class), for the touch.
+        let mut flags: Vec<u8> = Vec::with_capacity(blocks.len());
         {
             let lookup = |id: u16| storage_of(snap, id);
             let mut builder = backend::LocationBuilder::new(&lookup, inst, spec_filter);
             for (i, r) in records.iter().enumerate() {
+                flags.push(r.and_then(|b| b.first().copied()).unwrap_or(0));
                 let mut here: Vec<CacheLocation> = Vec::new();
                 let rec = r.and_then(super::record::BlockRecord::decode);
                 if let Some(rec) = &rec {
@@ -421,7 +435,7 @@ impl DataPlane {
             Selection::Window(s, e) => (*s..*e).collect(),
         };
         if let Some(&i) = returned.iter().rev().find(|&&i| children[i].is_some()) {
-            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0), counts_reads(snap, inst));
+            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0), keeps(snap, inst), flags[i]);
         }
         let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
         let out: Vec<_> = match selection {
@@ -457,7 +471,13 @@ impl DataPlane {
         let mut storages = Storages { snap, seen: Vec::with_capacity(2) };
         let mut hits = Vec::with_capacity(blocks.len());
         let mut views = Vec::with_capacity(blocks.len());
+        // The deepest block's flags (its `adaptive` class), kept past the records for the touch.
+        let keeps = keeps(snap, inst);
+        let mut flags = Vec::with_capacity(if keeps == Keeps::Hits { blocks.len() } else { 0 });
         for r in records.iter() {
+            if keeps == Keeps::Hits {
+                flags.push(r.and_then(|b| b.first().copied()).unwrap_or(0));
+            }
             let view = r.and_then(serving_view).filter(|(l, _)| storages.get(l.storage).is_some());
             // Prefer an available storage when a block has several serving locations.
             let view = match (view, r) {
@@ -539,7 +559,7 @@ impl DataPlane {
         // deepest block a storage holds.
         if let Some(i) = deepest.filter(|_| sink.touches()) {
             let leaf = views[i].map(|(_, children)| children == 0).unwrap_or(false);
-            self.touch(&inst.instance_id, blocks[i], leaf, counts_reads(snap, inst));
+            self.touch(&inst.instance_id, blocks[i], leaf, keeps, flags.get(i).copied().unwrap_or(0));
         }
         Ok(stats)
     }
@@ -547,31 +567,55 @@ impl DataPlane {
     /// Recency/frequency bookkeeping for the deepest block a read hit, off the request's
     /// critical path: a leaf's recency and LFU priority are updated in place (XX: an evicted
     /// leaf is never re-added), an interior block's touch is remembered for when it becomes a
-    /// leaf, and, with `count` (an LFU group: [`counts_reads`]), the block's count of reads
-    /// (`icount`, lua/lib/record.lua) grows by one. A pipeline, not a script: a script call
+    /// leaf; in an LFU group ([`Keeps::Counts`]) the block's count of reads (`icount`,
+    /// lua/lib/record.lua) grows by one; in an `adaptive` group ([`Keeps::Hits`]) a read that
+    /// ends at a leaf is a hit, counted in the `adaptive` hash at the leaf's age (since its last
+    /// access, read in the same pipeline) and class (`flags`: the record's flags byte), the
+    /// histograms `lua/evict.lua` ranks leaves by. A pipeline, not a script: a script call
     /// costs Valkey ~2.8 µs more per read than the two `ZADD`s (docs/benchmarks.md, "The read's
-    /// touch: a pipeline, not a script"). The count is right whether or not the block is still
-    /// a leaf when the pipeline lands; a count added after the block was unlinked is dropped
-    /// when the deleter releases the block (`drop_deleting`), and one that lands even later (or
-    /// an interior touch that lands after its block went) by the worker's touch-gc.
-    fn touch(&self, instance_id: &str, block: i64, leaf: bool, count: bool) {
+    /// touch: a pipeline, not a script"); a hit's count is a second pipeline, after the first
+    /// answers. The count is right whether or not the block is still a leaf when the pipeline
+    /// lands; a count added after the block was unlinked is dropped when the deleter releases
+    /// the block (`drop_deleting`), and one that lands even later (or an interior touch that
+    /// lands after its block went) by the worker's touch-gc.
+    fn touch(&self, instance_id: &str, block: i64, leaf: bool, keeps: Keeps, flags: u8) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
         let field = block_field(block);
         let now = now_ms();
         tokio::spawn(async move {
             let mut pipe = redis::pipe();
+            let hit = leaf && keeps == Keeps::Hits;
+            if hit {
+                pipe.cmd("ZSCORE").arg(&keys.lru).arg(&field[..]);
+            }
             if leaf {
                 pipe.cmd("ZADD").arg(&keys.lru).arg("XX").arg(now).arg(&field[..]).ignore();
                 pipe.cmd("ZADD").arg(&keys.lfu).arg("XX").arg("INCR").arg(1).arg(&field[..]).ignore();
             } else {
                 pipe.cmd("ZADD").arg(&keys.itouch).arg(now).arg(&field[..]).ignore();
             }
-            if count {
+            if keeps == Keeps::Counts {
                 pipe.cmd("HINCRBY").arg(&keys.icount).arg(&field[..]).arg(1).ignore();
             }
-            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
-                tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
+            let outcome = pipe.query_async::<Vec<Option<f64>>>(&mut conn).await;
+            let last = match outcome {
+                Ok(v) => v.into_iter().next().flatten(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
+                    return;
+                }
+            };
+            // Still a leaf when the pipeline ran (ZSCORE found it): a hit at its age.
+            if let Some(last) = last.filter(|_| hit) {
+                let age = now.saturating_sub(last as u64);
+                let cell = crate::hit_density::cell(crate::hit_density::class_of(flags), age);
+                let mut pipe = redis::pipe();
+                pipe.cmd("HINCRBYFLOAT").arg(&keys.adaptive).arg(format!("h{cell}")).arg(1).ignore();
+                pipe.cmd("HINCRBY").arg(&keys.adaptive).arg("events").arg(1).ignore();
+                if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+                    tracing::debug!(error = %e, "adaptive hit count failed (a hint; the read succeeded)");
+                }
             }
         });
     }

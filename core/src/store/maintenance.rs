@@ -14,6 +14,9 @@ pub enum EvictIndex {
     Lru,
     /// Least frequently used leaf first.
     Lfu,
+    /// The lowest learned hit density among leaves sampled at random (`adaptive`,
+    /// [`DataPlane::adaptive_learn`] keeps its table current).
+    Adaptive,
 }
 
 /// What one evict call did.
@@ -163,6 +166,45 @@ impl DataPlane {
         self.run(&scripts::LEASE_RELEASE, &[lease_key], &[lease.as_bytes()]).await.map(drop)
     }
 
+    /// The `adaptive` policy's learning step for one instance, before its evictions: once
+    /// [`crate::hit_density::DECAY_EVENTS`] hits and evictions were counted since the last step, the
+    /// density table computed from the histograms becomes the one evictions rank by, and the
+    /// histograms decay (`lua/adaptive_decay.lua`). Returns the decays applied (0: not due, or
+    /// another worker took the step).
+    pub async fn adaptive_learn(&self, instance_id: &str) -> Result<u64> {
+        use crate::hit_density::{BUCKETS, CLASSES, DECAY, DECAY_EVENTS, table};
+        let keys = self.keys(instance_id);
+        let fields: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg(&keys.adaptive).query_async(&mut self.conn()).await?;
+        let (mut hits, mut evictions, mut events) = (vec![0.0; CLASSES * BUCKETS], vec![0.0; CLASSES * BUCKETS], 0.0);
+        // The table's own field, `peak` and `gseq` are not histogram cells: skipped.
+        for (name, v) in fields.iter().filter_map(|(n, v)| Some((n, v.parse::<f64>().ok()?))) {
+            let (kind, cell) = name.split_at(1.min(name.len()));
+            match (kind, cell.parse::<usize>()) {
+                ("h", Ok(c)) if c < hits.len() => hits[c] = v,
+                ("e", Ok(c)) if c < evictions.len() => evictions[c] = v,
+                _ if name == "events" => events = v,
+                _ => {}
+            }
+        }
+        if events < DECAY_EVENTS as f64 {
+            return Ok(0);
+        }
+        let densities = table(&hits, &evictions)
+            .iter()
+            .map(|d| if *d == 0.0 { "0".to_string() } else { format!("{d:e}") })
+            .collect::<Vec<_>>()
+            .join(",");
+        let r = self
+            .run(
+                &scripts::ADAPTIVE_DECAY,
+                &[&keys.adaptive],
+                &[densities.as_bytes(), DECAY_EVENTS.to_string().as_bytes(), DECAY.to_string().as_bytes()],
+            )
+            .await?;
+        Ok(r.into_iter().next().map(redis::from_redis_value::<u64>).transpose()?.unwrap_or(0))
+    }
+
     /// Evicts up to `n` serving leaves by `index` (only those accessed before `before_ms`, and only
     /// on `storage` when given), under `lease`, stopping once `budget` bytes are freed (0 = no
     /// byte limit), starting `offset` leaves into the index. Returns what it did, or `None` when
@@ -185,6 +227,7 @@ impl DataPlane {
         let index = match index {
             EvictIndex::Lru => "lru",
             EvictIndex::Lfu => "lfu",
+            EvictIndex::Adaptive => "adaptive",
         };
         let (n, before, storage, budget) = (
             n.to_string(),
@@ -208,6 +251,8 @@ impl DataPlane {
                     &keys.lease,
                     &keys.evict_last,
                     &keys.icount,
+                    &keys.adaptive,
+                    &keys.ighost,
                 ],
                 &[
                     sizes.as_bytes(),

@@ -157,6 +157,10 @@ impl DataPlane {
         let (timeout_arg, storage_arg, per_file_arg) =
             (timeout.to_string(), storage_id.to_string(), Backend::of(cfg).key_count_per_file().to_string());
         let fields: Vec<[u8; 8]> = blocks.iter().map(|b| block_field(*b)).collect();
+        // In a group that reclaims by `adaptive`, new records are classed (lua/lib/record.lua).
+        let adaptive = snap.groups.get(&inst.instance_group_name).is_some_and(|g| {
+            g.cache_config.reclaim_strategy.reclaim_policy == crate::wire::admin::ReclaimPolicy::POLICY_ADAPTIVE
+        });
         // A session id another request holds (1 in 2^64) is drawn again.
         let mut attempts = 0;
         let (session_id, reply) = loop {
@@ -171,13 +175,11 @@ impl DataPlane {
                 sizes_arg.as_bytes(),
             ];
             args.extend(fields.iter().map(|f| &f[..]));
-            let outcome = self
-                .run_outcome(
-                    &scripts::START_WRITE_CACHE,
-                    &[&keys.blocks, &session_key, &keys.sessions, &keys.seq, &keys.files],
-                    &args,
-                )
-                .await?;
+            let mut script_keys: Vec<&str> = vec![&keys.blocks, &session_key, &keys.sessions, &keys.seq, &keys.files];
+            if adaptive {
+                script_keys.push(&keys.ighost);
+            }
+            let outcome = self.run_outcome(&scripts::START_WRITE_CACHE, &script_keys, &args).await?;
             attempts += 1;
             match outcome {
                 Ok(reply) => break (session_id, reply),

@@ -161,7 +161,15 @@ impl StorageConfig {
 }
 
 crate::wire_enum! {
-    pub enum ReclaimPolicy { POLICY_UNSPECIFIED = 0, POLICY_LRU = 1, POLICY_LFU = 2, POLICY_TTL = 3 }
+    /// Tair's policies, plus one of kvcm's own: `POLICY_ADAPTIVE` (100, far from Tair's numbers),
+    /// leaf eviction by learned hit density (docs/worker.md, docs/optimizer.md).
+    pub enum ReclaimPolicy {
+        POLICY_UNSPECIFIED = 0,
+        POLICY_LRU = 1,
+        POLICY_LFU = 2,
+        POLICY_TTL = 3,
+        POLICY_ADAPTIVE = 100,
+    }
 }
 
 crate::wire_enum! {

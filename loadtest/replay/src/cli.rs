@@ -104,7 +104,7 @@ pub struct Args {
     /// two reclaim rounds).
     #[arg(long, default_value_t = 1.0)]
     pub headroom: f64,
-    /// Setup: reclaim policy, lru, lfu or ttl (kvcm's POLICY_*; its LRU and LFU are leaf-aware).
+    /// Setup: reclaim policy, lru, lfu, ttl or adaptive (kvcm's POLICY_*; all leaf-aware but TTL).
     #[arg(long, default_value = "lru")]
     pub policy: String,
     /// Optimizer policies to predict with (default: lru,leaf_lru for lru; lfu,leaf_lfu for lfu;
@@ -169,7 +169,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         "lru" => "POLICY_LRU",
         "lfu" => "POLICY_LFU",
         "ttl" => "POLICY_TTL",
-        other => anyhow::bail!("--policy must be lru, lfu or ttl, got {other}"),
+        "adaptive" => "POLICY_ADAPTIVE",
+        other => anyhow::bail!("--policy must be lru, lfu, ttl or adaptive, got {other}"),
     };
     let timeout = Duration::from_millis(args.timeout_ms);
     let meta_cred = credential(&args.api_key, &args.user);
@@ -200,6 +201,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         match policy {
             "POLICY_LFU" => vec![PolicyKind::Lfu, PolicyKind::LeafLfu],
             "POLICY_TTL" => vec![PolicyKind::Ttl],
+            "POLICY_ADAPTIVE" => vec![PolicyKind::LeafLru, PolicyKind::LeafLfu, PolicyKind::Adaptive],
             _ => vec![PolicyKind::Lru, PolicyKind::LeafLru],
         }
     } else {

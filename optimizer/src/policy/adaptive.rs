@@ -31,7 +31,7 @@
 
 use std::collections::VecDeque;
 
-use super::hit_density::{self, BUCKETS, DECAY, DECAY_EVENTS, SAMPLES, bucket};
+use super::hit_density::{self, BUCKETS, CLASSES, DECAY, DECAY_EVENTS, SAMPLES, bucket};
 
 use super::forest::Forest;
 use super::{Access, EvictionPolicy, Position};
@@ -48,9 +48,6 @@ pub const GHOST_DIVISOR: usize = 10;
 /// The `LONG_RUN`-th new block of a request's run of new blocks, and every one after it, is in
 /// the *long write* class (docs/optimizer.md: 8 and 32 trade cells with 16, no clear winner).
 pub const LONG_RUN: u32 = 16;
-
-/// Classes of leaves with a histogram each: 0 the rest, 1 shared, 2 long write.
-const CLASSES: usize = 3;
 
 /// Leaf-aware eviction by learned hit density.
 #[derive(Debug, Clone)]
@@ -148,8 +145,7 @@ impl Adaptive {
         histogram[at] += 1.0;
         self.events += 1;
         if self.events.is_multiple_of(DECAY_EVENTS) {
-            let (hits, evictions) = (self.hits.chunks(BUCKETS), self.evictions.chunks(BUCKETS));
-            self.table = hits.zip(evictions).flat_map(|(h, e)| hit_density::densities(h, e)).collect();
+            self.table = hit_density::table(&self.hits, &self.evictions);
             for v in self.hits.iter_mut().chain(self.evictions.iter_mut()) {
                 *v *= DECAY;
             }

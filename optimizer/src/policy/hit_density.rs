@@ -1,7 +1,7 @@
-//! Hit density: the arithmetic of the `adaptive` eviction policy ([`super::adaptive`]). Pure
-//! arithmetic with no dependency, so that the worker can share it (and rank leaves exactly as the
-//! simulation does) once the policy runs live — it does not yet: docs/optimizer.md, "Third
-//! candidate", says why.
+//! Hit density: the arithmetic of the `adaptive` eviction policy (`optimizer/src/policy/
+//! adaptive.rs` simulates it; kvcm-worker runs it live, `lua/evict.lua`). Pure arithmetic with
+//! no dependency: kvcm-core compiles this same file (`kvcm_core::hit_density`), so the worker
+//! ranks leaves exactly as the simulation does.
 //!
 //! The policy counts two kinds of events per **age bucket** (time since a leaf's last access,
 //! log-scaled, [`bucket`]): a *hit* when a read's deepest block is a serving leaf, an *eviction*
@@ -63,6 +63,37 @@ pub fn densities(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
         table[b] = if time > 0.0 { hits_above / time } else { 0.0 };
     }
     table
+}
+
+/// Classes of leaves, each with its own histograms and table: 0 the rest, 1 shared, 2 long
+/// write (docs/optimizer.md, "Classes the store can keep").
+pub const CLASSES: usize = 3;
+/// Bit of a block record's flags byte (lua/lib/record.lua) that marks a shared block.
+pub const SHARED_BIT: u8 = 2;
+/// Bit of a block record's flags byte that marks a long write.
+pub const LONG_BIT: u8 = 4;
+
+/// The class of a block from its record's flags byte: shared before long write.
+pub fn class_of(flags: u8) -> usize {
+    if flags & SHARED_BIT != 0 {
+        1
+    } else if flags & LONG_BIT != 0 {
+        2
+    } else {
+        0
+    }
+}
+
+/// The histogram cell of an event: its class's first bucket plus its age's bucket.
+pub fn cell(class: usize, age_ms: u64) -> usize {
+    class * BUCKETS + bucket(age_ms)
+}
+
+/// Every class's densities, class after class, from per-cell hits and evictions
+/// (`CLASSES × BUCKETS` each; shorter ones are read as zero-padded).
+pub fn table(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
+    let part = |v: &[f64], c: usize| v.get(c * BUCKETS..((c + 1) * BUCKETS).min(v.len())).unwrap_or(&[]).to_vec();
+    (0..CLASSES).flat_map(|c| densities(&part(hits, c), &part(evictions, c))).collect()
 }
 
 /// Which of two candidates to evict first: the lower density, then the older last access.
