@@ -4,12 +4,12 @@
 -- kept: they describe data that is still on storage.
 --
 -- KEYS[1] blocks  KEYS[2] usage  KEYS[3] lru  KEYS[4] lfu  KEYS[5] itouch  KEYS[6] files
--- KEYS[7] icount
+-- KEYS[7] icount  KEYS[8] adaptive  KEYS[9] ighost (the `adaptive` policy's state, lua/evict.lua)
 -- ARGV    none
 --
 -- Reply: {1, blocks dropped}
 -- Example: blocks = {A, B} -> every listed key gone; reply {1, 2}.
-if #KEYS ~= 7 or #ARGV ~= 0 then return redis.error_reply('trim_all_meta: expected 7 keys, 0 args') end
+if #KEYS ~= 9 or #ARGV ~= 0 then return redis.error_reply('trim_all_meta: expected 9 keys, 0 args') end
 local n = redis.call('HLEN', KEYS[1])
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 return {1, n}

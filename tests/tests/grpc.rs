@@ -189,6 +189,12 @@ async fn admin_reads_agree_over_both_transports() {
     assert_eq!(listed["storage"][0]["nfs"]["key_count_per_file"], 1, "{listed}");
     let g = same_over_both(&api, admin, "GetInstanceGroup", json!({"name": "g"})).await;
     assert_eq!(g["instance_group"]["cache_config"]["reclaim_strategy"]["reclaim_policy"], "POLICY_LFU");
+    // kvcm's own policy value (100, not in Tair's enum) goes through gRPC both ways.
+    let adaptive = json!({"instance_group": {"name": "ga", "storage_candidates": ["s1"], "version": "1",
+        "cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_ADAPTIVE"}}}});
+    assert_eq!(code(&api.grpc_admin("CreateInstanceGroup", adaptive, None).await.unwrap()), "OK");
+    let g = same_over_both(&api, admin, "GetInstanceGroup", json!({"name": "ga"})).await;
+    assert_eq!(g["instance_group"]["cache_config"]["reclaim_strategy"]["reclaim_policy"], "POLICY_ADAPTIVE");
     same_over_both(&api, admin, "ListInstanceGroup", json!({})).await;
     same_over_both(&api, admin, "ListInstanceInfo", json!({"instance_group_name": "g"})).await;
     same_over_both(&api, admin, "CheckHealth", json!({})).await;

@@ -525,10 +525,11 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
         (&scripts::CLAIM_DELETE, 2, vec![b"1-0".to_vec(), b"k".to_vec(), loc14], "bad key or location"),
         (
             &scripts::EVICT,
-            9,
+            11,
             ["8", "mru", "1", "inf", "0", "1:w", "0", "0", "c"].iter().map(|a| a.as_bytes().to_vec()).collect(),
-            "index must be lru or lfu",
+            "index must be lru, lfu or adaptive",
         ),
+        (&scripts::ADAPTIVE_DECAY, 1, vec![b"0".to_vec(), b"0".to_vec(), b"0.9".to_vec()], "bad DECAY_EVENTS"),
     ];
     let mut c = valkey().await;
     for (script, nkeys, args, needle) in cases {
@@ -572,7 +573,7 @@ async fn a_taken_session_id_and_a_resent_trim_are_outcomes_of_their_own() {
 
     let trim = || {
         let mut inv = scripts::TRIM_ALL_CACHE.script().prepare_invoke();
-        for name in ["tblocks", "trash-1", "usage", "lru", "lfu", "itouch", "del", "icount"] {
+        for name in ["tblocks", "trash-1", "usage", "lru", "lfu", "itouch", "del", "icount", "adaptive", "ighost"] {
             inv.key(k(name));
         }
         inv

@@ -984,7 +984,6 @@ async fn flags(fx: &Fixture, key: i64) -> u8 {
     rec[0]
 }
 
-
 /// `adaptive` ranks leaves in three classes (docs/optimizer.md, "Classes the store can keep"),
 /// which the store keeps in a record's flags: a block written 16 or more keys into its
 /// session's run of new keys is a long write; a block with two serving children at once is
@@ -1011,7 +1010,17 @@ async fn adaptive_classes_blocks_by_their_writes_their_children_and_the_ghost() 
     // Everything evicted: the shared block is remembered, the others are not.
     let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
     let evicted = data
-        .evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Adaptive, 100, None, None, &lease, 0, 0)
+        .evict(
+            &fx.instance,
+            &[10, 10],
+            kvcm_core::store::maintenance::EvictIndex::Adaptive,
+            100,
+            None,
+            None,
+            &lease,
+            0,
+            0,
+        )
         .await
         .unwrap()
         .expect("the lease is held");
@@ -1042,22 +1051,24 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     let hist = instance_key(&fx.api.namespace, &fx.instance, "adaptive");
     let mut c = valkey().await;
     // A prompt (1..=4) two conversations branch from (5, 6), then three one-off chains.
+    // Reads: one ending at the interior prompt (no hit), one ending at a leaf (a hit, class 0).
     fx.write(&[1, 2, 3, 4, 5]).await;
     fx.write(&[1, 2, 3, 4, 6]).await;
+    fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
     let chain = |c: i64| (c * 100..c * 100 + 6).collect::<Vec<_>>();
     for k in 1..=3 {
         fx.write(&chain(k)).await;
     }
-    // Reads: one ending at a leaf (a hit, class 0), one ending at the interior prompt (none).
     fx.get("QT_PREFIX_MATCH", &chain(1), json!({})).await;
-    fx.get("QT_PREFIX_MATCH", &[1, 2, 3, 4], json!({})).await;
     wait_until("the leaf's hit is counted", 5, || async {
         let mut c = valkey().await;
         let all: std::collections::HashMap<String, String> =
             redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
         all.get("events").map(String::as_str) == Some("1")
             && all.keys().filter(|k| k.starts_with('h')).count() == 1
-            && all.keys().any(|k| k.strip_prefix('h').and_then(|c| c.parse::<usize>().ok()).is_some_and(|c| c < BUCKETS))
+            && all
+                .keys()
+                .any(|k| k.strip_prefix('h').and_then(|c| c.parse::<usize>().ok()).is_some_and(|c| c < BUCKETS))
     })
     .await;
     let _: () = redis::cmd("DEL").arg(&hist).query_async(&mut c).await.unwrap();
@@ -1084,16 +1095,27 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     // prompt, a shared leaf once 5 and 6 went, is the least recently used leaf throughout.
     let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
     let evicted = data
-        .evict(&fx.instance, &[10, 10], kvcm_core::store::maintenance::EvictIndex::Adaptive, 20, None, None, &lease, 0, 0)
+        .evict(
+            &fx.instance,
+            &[10, 10],
+            kvcm_core::store::maintenance::EvictIndex::Adaptive,
+            20,
+            None,
+            None,
+            &lease,
+            0,
+            0,
+        )
         .await
         .unwrap()
         .expect("the lease is held");
     assert_eq!(evicted.blocks, 20);
+    // (Checked before the read below, whose touch of the prompt's leaf is a hit.)
+    let counted: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
+    assert_eq!(counted["events"].parse::<f64>().unwrap(), 520.0, "each eviction counted");
     let all: Vec<i64> = [1, 2, 3, 4, 5, 6].into_iter().chain((1..=3).flat_map(chain)).collect();
     let kept = Fixture::real(&fx.get("QT_BATCH_GET", &all, json!({})).await);
     assert_eq!(&kept[..4], [true; 4], "the shared prompt is kept: {kept:?}");
     assert!(kept[4..].iter().all(|k| !k), "the suffixes and one-off chains went: {kept:?}");
-    let counted: std::collections::HashMap<String, String> =
-        redis::cmd("HGETALL").arg(&hist).query_async(&mut c).await.unwrap();
-    assert_eq!(counted["events"].parse::<f64>().unwrap(), 520.0, "each eviction counted");
 }

@@ -29,6 +29,8 @@ impl DataPlane {
                             &keys.itouch,
                             &keys.del,
                             &keys.icount,
+                            &keys.adaptive,
+                            &keys.ighost,
                         ],
                         &[],
                     )
@@ -39,7 +41,17 @@ impl DataPlane {
                 let r = self
                     .run(
                         &scripts::TRIM_ALL_META,
-                        &[&keys.blocks, &keys.usage, &keys.lru, &keys.lfu, &keys.itouch, &keys.files, &keys.icount],
+                        &[
+                            &keys.blocks,
+                            &keys.usage,
+                            &keys.lru,
+                            &keys.lfu,
+                            &keys.itouch,
+                            &keys.files,
+                            &keys.icount,
+                            &keys.adaptive,
+                            &keys.ighost,
+                        ],
                         &[],
                     )
                     .await?;
