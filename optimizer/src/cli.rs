@@ -517,6 +517,10 @@ fn print_recommendations(recs: &[report::Recommendation], target_fraction: f64, 
             ),
         }
     }
+    match report::live_choice(recs) {
+        Some((policy, row)) => println!("to run in kvcm: reclaim_policy {policy}, capacity {} blocks", row.capacity),
+        None => println!("to run in kvcm: no live policy (leaf_lru, leaf_lfu, ttl, adaptive) reached the target"),
+    }
 }
 
 fn print_throughput(rows: &[SweepRow], wall_s: f64) {

@@ -122,6 +122,14 @@ pub fn recommend(rows: &[SweepRow], max_hit_rate: f64, target_fraction: f64) -> 
         .collect()
 }
 
+/// What to run in kvcm: among the policies kvcm runs live ([`PolicyKind::kvcm_policy`]), the
+/// one whose smallest capacity reaching the target is smallest (ties: the higher hit rate there).
+pub fn live_choice(recs: &[Recommendation]) -> Option<(&'static str, SweepRow)> {
+    recs.iter()
+        .filter_map(|r| Some((r.policy.kvcm_policy()?, r.row?)))
+        .min_by(|a, b| a.1.capacity.cmp(&b.1.capacity).then(b.1.stats.hit_rate().total_cmp(&a.1.stats.hit_rate())))
+}
+
 /// The header of `recommendation.csv`.
 pub const RECOMMENDATION_CSV_HEADER: &str =
     "policy,target_fraction,target_hit_rate,capacity,capacity_bytes,hit_rate,hit_blocks,tokens_saved,gpu_seconds_saved";
@@ -195,6 +203,25 @@ pub fn recommendation_md(
             None => {
                 let _ = writeln!(out, "| {} | not reached | – | – | – | – | – |", rec.policy);
             }
+        }
+    }
+    match live_choice(recs) {
+        Some((policy, row)) => {
+            let _ = writeln!(
+                out,
+                "\n**To run in kvcm:** `reclaim_policy: {policy}` with a capacity of {} blocks{} \
+                 (the live policy that reaches the target with the least capacity; set the group's \
+                 quota so that its reclaim watermark is this capacity).",
+                row.capacity,
+                ctx.capacity_bytes(row.capacity).map(|b| format!(" ({})", human_bytes(b))).unwrap_or_default()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\n**To run in kvcm:** no policy kvcm runs live (leaf_lru, leaf_lfu, ttl, adaptive) reached the \
+                 target at the swept capacities."
+            );
         }
     }
     if recs.iter().any(|r| r.row.is_none()) {
@@ -314,6 +341,29 @@ mod tests {
         let strict = recommend(&rows, 0.5, 0.99);
         assert_eq!(strict[0].row, None);
         assert_eq!(strict[1].row.unwrap().capacity, 20);
+    }
+
+    #[test]
+    fn what_to_run_is_the_live_policy_needing_the_least_capacity() {
+        let rows = vec![
+            row(PolicyKind::Opt, 10, 48),
+            row(PolicyKind::S3Fifo, 10, 46),
+            row(PolicyKind::LeafLru, 10, 30),
+            row(PolicyKind::LeafLru, 40, 47),
+            row(PolicyKind::Adaptive, 10, 40),
+            row(PolicyKind::Adaptive, 20, 46),
+            row(PolicyKind::LeafLfu, 20, 45),
+        ];
+        // Target 0.45: OPT and S3-FIFO need the least, but kvcm runs neither; adaptive and
+        // leaf_lfu both reach it at 20 blocks, adaptive with the higher hit rate there.
+        let recs = recommend(&rows, 0.5, 0.9);
+        let (policy, at) = live_choice(&recs).unwrap();
+        assert_eq!((policy, at.capacity), ("POLICY_ADAPTIVE", 20));
+        assert!(
+            recommendation_md(&recs, 0.9, &ctx(), "t")
+                .contains("`reclaim_policy: POLICY_ADAPTIVE` with a capacity of 20 blocks")
+        );
+        assert_eq!(live_choice(&recommend(&rows[..2], 0.5, 0.9)), None, "only simulated policies");
     }
 
     #[test]

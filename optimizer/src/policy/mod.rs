@@ -104,7 +104,8 @@ pub enum PolicyKind {
     S3Fifo,
     /// LFU-DA over the leaves of the prefix tree (a candidate of issue 12).
     LeafLfu,
-    /// Leaves by learned hit density by age (issue 12's current candidate; simulated only).
+    /// Leaves by learned hit density by age, in classes (kvcm-worker runs it live as
+    /// `POLICY_ADAPTIVE`).
     Adaptive,
 }
 
@@ -121,6 +122,18 @@ impl PolicyKind {
         Self::Adaptive,
         Self::Opt,
     ];
+
+    /// The `reclaim_policy` that runs this policy live in kvcm (its LRU and LFU are the
+    /// leaf-aware ones), or `None` for a policy that is simulated only.
+    pub fn kvcm_policy(self) -> Option<&'static str> {
+        match self {
+            Self::LeafLru => Some("POLICY_LRU"),
+            Self::LeafLfu => Some("POLICY_LFU"),
+            Self::Ttl => Some("POLICY_TTL"),
+            Self::Adaptive => Some("POLICY_ADAPTIVE"),
+            _ => None,
+        }
+    }
 
     /// The name used on the command line and in CSV files.
     pub fn name(self) -> &'static str {
