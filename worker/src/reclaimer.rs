@@ -24,7 +24,7 @@ use std::time::Instant;
 
 /// Leaves per evict call by `adaptive`, whose every eviction samples 32 leaves and reads their
 /// records (docs/benchmarks.md has the cost of a call).
-const ADAPTIVE_BATCH: usize = 16;
+const ADAPTIVE_BATCH: usize = 4;
 
 /// One round over every group; one group's failure does not starve the others.
 pub async fn run_once(w: &Worker) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
-//! Adaptive: leaf-aware eviction by learned hit density (issue 12's current candidate; not yet
-//! run by the worker — docs/optimizer.md, "Third candidate", has the live experiment).
+//! Adaptive: leaf-aware eviction by learned hit density. kvcm-worker runs the same rule live
+//! (`POLICY_ADAPTIVE`: lua/evict.lua, with the arithmetic of [`super::hit_density`] compiled into
+//! kvcm-core); docs/optimizer.md, "adaptive live", compares the two.
 //!
 //! Only leaves of the prefix tree are evictable, as in [`super::leaf_lru`]. Among them the victim
 //! is the one expected to get the fewest hits per unit of time it would still occupy the cache,
@@ -352,6 +353,20 @@ mod tests {
         // 20,000 requests of `mix` at 0.25%: 1.31× LRU (30.1% vs 23.0%); without the long-write
         // class 1.14× (26.1%), the documents' long runs ranked with conversation turns.
         assert_beats_lru(WorkloadKind::Mix, 20_000, 400, 1.22);
+    }
+
+    #[test]
+    fn no_seed_traps_a_class_that_was_never_hit() {
+        // 2,000 requests of `chat` at 2%: ranked by its own empty table, the shared class was
+        // evicted before any of it could be hit in three of eight seeds (44.7–45.3% against
+        // 49–50.5%); with a class never hit ranked by the pooled table, 52.5–53.6% for every seed.
+        let trace = workload(WorkloadKind::Chat, 2_000);
+        let capacity = trace.distinct_blocks() / 50;
+        for seed in 1..=8 {
+            let params = PolicyParams { seed, ..PolicyParams::default() };
+            let rate = simulate(&trace, PolicyKind::Adaptive, capacity, &params, None).hit_rate();
+            assert!(rate > 0.51, "seed {seed}: {rate:.4}");
+        }
     }
 
     #[test]
