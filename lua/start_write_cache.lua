@@ -232,6 +232,23 @@ local function group_parts(g)
 end
 local f = 0
 local run, last_new = 0, -1
+-- Which new keys the ghost remembers (`adaptive` only): one ZMSCORE per 1,000 keys, and one
+-- ZREM of those found, rather than a call per key.
+local remembered, forget = {}, {}
+if ghost and nnew > 0 then
+  local nkeys = {}
+  for j = 1, nnew do nkeys[j] = ARGV[6 + (new and new[j] or m + j)] end
+  for c = 1, nnew, 1000 do
+    local part = redis.call('ZMSCORE', ghost, unpack(nkeys, c, math.min(c + 999, nnew)))
+    for j = 1, #part do
+      if part[j] then
+        remembered[c + j - 1] = true
+        forget[#forget + 1] = nkeys[c + j - 1]
+      end
+    end
+  end
+  for c = 1, #forget, 1000 do redis.call('ZREM', ghost, unpack(forget, c, math.min(c + 999, #forget))) end
+end
 while f * per_file < nnew do
   local first, last = f * per_file + 1, math.min((f + 1) * per_file, nnew)
   local file_tail = nil
@@ -275,7 +292,7 @@ while f * per_file < nnew do
       if last_new == i - 1 and not unlinked[i] then run = run + 1 else run = 1 end
       last_new = i
       local bits = (run >= LONG_RUN) and 4 or 0
-      if redis.call('ZREM', ghost, k) == 1 then bits = bits + 2 end
+      if remembered[j] then bits = bits + 2 end
       rec = rec_set_class(rec, bits)
     end
     writes[nw + 1], writes[nw + 2] = k, rec
