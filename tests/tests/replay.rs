@@ -4,7 +4,8 @@
 //! kvcm's LFU, replayed on a generated chat workload, serves what the optimizer's `leaf_lfu`
 //! predicts (docs/optimizer.md, "LFU live") — within 0.5 points when one engine runs in lockstep
 //! with the reclaimer, and between its predictions at the capacity and at the most the cache holds
-//! between rounds when sixteen engines replay concurrently.
+//! between rounds when sixteen engines replay concurrently; and kvcm's `adaptive` reaches,
+//! within a documented margin, what the optimizer's `adaptive` predicts and beats LRU.
 //!
 //! The test can fail both ways: without eviction (no reclaimer, or a watermark ignored) the hit
 //! rate climbs to the unbounded-cache rate, and with refused or lost writes it falls far below the
@@ -172,18 +173,23 @@ fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
     );
 }
 
+/// How far below the optimizer's `adaptive` (the lowest of three seeds) the replayed `adaptive`
+/// may land on the chat slice: it landed 1.2–2.9 points below (release builds, 16 engines at 40×;
+/// docs/optimizer.md, "adaptive live", lists what differs — ages in wall-clock time that
+/// back-pressure pauses stretch, hits counted on leaves whose children are still being written,
+/// the table learned at the next reclaim round rather than at once, the cache between `C` and
+/// ~1.3 × `C`, and the sampler, which moves the simulation alone by a point between seeds).
+const ADAPTIVE_UNDER: f64 = 0.04;
+
 /// kvcm's `adaptive`, live, against the optimizer's `adaptive` on the same chat slice and
-/// capacity. The simulated policy samples leaves at random and learns its ranking from its own
-/// evictions, so its prediction moves with the sampler's seed (here 44.7–50.5% over three seeds
-/// at `C`; docs/optimizer.md, "adaptive live"); live samples differently every run. So the
-/// replayed rate must reach the lowest of the seeds' predictions at `C`, less [`LFU_UNDER`], and
-/// in any case beat `leaf_lru` at the most the cache holds between rounds ([`LFU_HELD`] × `C`) by
-/// [`LFU_UNDER`]: an `adaptive` that ranked like LRU (a table never learned, classes never set)
-/// would not. It may not pass OPT at that size, the bound of any policy. Measured: 53.1% live
-/// against 50.4% (seed 1), `leaf_lfu` 50.5, `leaf_lru` 41.1 at `C` and 44.5 at 1.3 × `C`, OPT
-/// 59.4 and 62.9.
+/// capacity: the replayed rate must reach the lowest of three seeds' predictions at `C`, less
+/// [`ADAPTIVE_UNDER`], and beat `leaf_lru` at the most the cache holds between rounds
+/// ([`LFU_HELD`] × `C`) by [`LFU_UNDER`] — an `adaptive` that ranked like LRU (a table never
+/// learned, classes never set: ~43%) fails it, and so did the policy before a class never hit
+/// was ranked by the pooled table (44.9% in one live run, the trap the simulation showed in three
+/// seeds of eight). It may not pass OPT at 1.3 × `C`, the bound of any policy there.
 #[test]
-fn replayed_adaptive_reaches_the_optimizers_adaptive_and_beats_lru() {
+fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
     let (_, trace_path, slice, capacity) = chat_slice("replay-adaptive");
     let predict = |kind, capacity, seed| {
         let params = PolicyParams { seed, ..PolicyParams::default() };
@@ -193,14 +199,18 @@ fn replayed_adaptive_reaches_the_optimizers_adaptive_and_beats_lru() {
     let lowest = seeds.iter().copied().fold(f64::INFINITY, f64::min);
     let held = (LFU_HELD * capacity as f64).round() as usize;
     let (lru_held, opt_held) = (predict(PolicyKind::LeafLru, held, 1), predict(PolicyKind::Opt, held, 1));
-    let floor = (lowest - LFU_UNDER).max(lru_held + LFU_UNDER);
+    assert!(
+        lowest - ADAPTIVE_UNDER > lru_held + LFU_UNDER,
+        "the workload cannot tell adaptive from LRU: adaptive {seeds:.4?}, leaf_lru at {held} blocks {lru_held:.4}"
+    );
     let report = replay(&trace_path, &slice, capacity, "adaptive", &["--headroom", "3"]);
     let in_flight = report["in_flight_prefix_blocks"].as_f64().unwrap() / report["requested_blocks"].as_f64().unwrap();
     let observed = report["hit_rate"].as_f64().unwrap() + in_flight;
     assert!(
-        observed >= floor && observed <= opt_held,
+        observed >= lowest - ADAPTIVE_UNDER && observed <= opt_held,
         "observed hit rate {observed:.4} (in flight elsewhere counted as hits: {in_flight:.4}) vs adaptive \
-         {seeds:.4?} at {capacity} blocks (seeds 1–3), leaf_lru {lru_held:.4} and opt {opt_held:.4} at {held}:\n{report:#}"
+         {seeds:.4?} at {capacity} blocks (seeds 1–3; allowed {ADAPTIVE_UNDER} under the lowest), \
+         leaf_lru {lru_held:.4} and opt {opt_held:.4} at {held}:\n{report:#}"
     );
 }
 
