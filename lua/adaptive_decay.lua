@@ -2,18 +2,19 @@
 -- instance's eviction round). Once DECAY_EVENTS hits and evictions have been counted since the
 -- last step, the density table the worker computed from the histograms
 -- (kvcm_core::hit_density::table) becomes the one lua/evict.lua ranks by, and every histogram
--- cell is multiplied by DECAY once per DECAY_EVENTS events counted, so the ranking follows a
+-- cell is multiplied by DECAY (rounded to an integer) once per DECAY_EVENTS events counted, so the ranking follows a
 -- workload that changes. optimizer/src/policy/adaptive.rs does the same every DECAY_EVENTS
 -- events; live, a step waits for the next round.
 --
--- KEYS[1] adaptive  hash (core/src/keys.rs): `h<cell>` / `e<cell>` hits / evictions, `events`,
+-- KEYS[1] adaptive  hash (core/src/keys.rs): `h<cell>` / `e<cell>` hits / evictions (integers,
+--                   in thousandths of an event: kvcm_core::hit_density::UNIT), `events`,
 --                   `table`
 -- ARGV[1] the new table: CLASSES x BUCKETS densities, comma separated
 -- ARGV[2] DECAY_EVENTS (> 0)   ARGV[3] DECAY (0 < DECAY <= 1)
 --
 -- Reply: {1, decays applied} — 0 when fewer than DECAY_EVENTS events were counted (nothing
 --        changes: another worker took this step already, or it is not due).
--- Example: events = 5000, DECAY_EVENTS 2048, DECAY 0.9, h3 = 100 -> h3 = 81, events = 904,
+-- Example: events = 5000, DECAY_EVENTS 2048, DECAY 0.9, h3 = 100000 -> h3 = 81000, events = 904,
 --          table = ARGV[1]; reply {1, 2}.
 if #KEYS ~= 1 or #ARGV ~= 3 then return redis.error_reply('adaptive_decay: expected 1 key, 3 args') end
 local every, decay = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -30,7 +31,7 @@ for i = 1, #all, 2 do
   local f = all[i]:sub(1, 1)
   if f == 'h' or f == 'e' then
     out[#out + 1] = all[i]
-    out[#out + 1] = string.format('%.17g', tonumber(all[i + 1]) * factor)
+    out[#out + 1] = string.format('%d', math.floor(tonumber(all[i + 1]) * factor + 0.5))
   end
 end
 out[#out + 1], out[#out + 2] = 'events', events - steps * every

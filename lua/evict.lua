@@ -29,7 +29,7 @@
 --        from `next offset` until `exhausted`. By "adaptive" a call draws at most 4N samples
 --        and `next offset` stays 0 (samples are not ordered); it is exhausted when no sampled
 --        leaf could be evicted.
--- Adaptive bookkeeping: each eviction counts `e<cell>` (its class and age,
+-- Adaptive bookkeeping: each eviction adds UNIT to `e<cell>` (its class and age,
 -- kvcm_core::hit_density::cell) and `events` in KEYS[10]; an evicted shared block is added to
 -- KEYS[11], which keeps the latest tenth of `peak` (the most serving blocks seen: a tenth gives
 -- the same hit rates as remembering every one, docs/optimizer.md); a write of the block drops
@@ -107,7 +107,8 @@ local function stale(key)
 end
 
 if ARGV[2] == 'adaptive' then
-  local BUCKETS, SAMPLES, GHOST_DIVISOR = 128, 32, 10
+  -- kvcm_core::hit_density: BUCKETS, SAMPLES, UNIT; optimizer/src/policy/adaptive.rs: GHOST_DIVISOR.
+  local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR = 128, 32, 1000, 10
   local table_ = {}
   for v in string.gmatch(redis.call('HGET', KEYS[10], 'table') or '', '[^,]+') do table_[#table_ + 1] = tonumber(v) end
   local now = now_ms()
@@ -163,7 +164,7 @@ if ARGV[2] == 'adaptive' then
     if victim then
       local shared = math.floor(vrec:byte(1) / 2) % 2 == 1
       if take(victim, vrec) then
-        redis.call('HINCRBYFLOAT', KEYS[10], 'e' .. vcell, 1)
+        redis.call('HINCRBY', KEYS[10], 'e' .. vcell, UNIT)
         redis.call('HINCRBY', KEYS[10], 'events', 1)
         if shared then
           redis.call('ZADD', KEYS[11], redis.call('HINCRBY', KEYS[10], 'gseq', 1), victim)

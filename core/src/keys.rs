@@ -146,9 +146,9 @@ pub struct InstanceKeys {
     /// Hash: block key → its read count for LFU (reads that ended at it plus its evicted
     /// children's counts; kept in groups that reclaim by LFU, `lua/lib/record.lua`).
     pub icount: String,
-    /// Hash, in groups that reclaim by `adaptive` (`lua/evict.lua`): `h<class>:<bucket>` /
-    /// `e<class>:<bucket>` → hits / evictions counted at that age bucket (decayed, so floats);
-    /// `events` → events since the last decay; `gseq` → evicted shared blocks so far; `peak` →
+    /// Hash, in groups that reclaim by `adaptive` (`lua/evict.lua`): `h<cell>` / `e<cell>` →
+    /// hits / evictions counted at that class and age bucket (`hit_density::cell`; integers in
+    /// thousandths of an event, decayed); `events` → events since the last decay; `gseq` → evicted shared blocks so far; `peak` →
     /// the most serving blocks seen; `table` → the density table the evictions rank by.
     pub adaptive: String,
     /// Zset, in groups that reclaim by `adaptive`: evicted shared block → its eviction's number

@@ -63,6 +63,10 @@ enum Cmd {
         /// (one `HINCRBY` per read).
         #[arg(long)]
         lfu: bool,
+        /// The instance's group reclaims by `adaptive`, so that a read ending at a leaf also
+        /// counts a hit (`ZSCORE`, then two `HINCRBY`).
+        #[arg(long, conflicts_with = "lfu")]
+        adaptive: bool,
     },
     /// Baseline for read-cpu, side by side: a plain HMGET of 128 fields from a hash of --fields
     /// 8-byte fields with --value-bytes values, no kvcm involved.
@@ -494,10 +498,13 @@ async fn run(args: Args) -> Result<()> {
             )?;
             b.cleanup().await?;
         }
-        Cmd::ReadCpu { blocks, reads, lfu } => {
+        Cmd::ReadCpu { blocks, reads, lfu, adaptive } => {
             let mut cache_config = CacheConfig::default();
             if lfu {
                 cache_config.reclaim_strategy.reclaim_policy = ReclaimPolicy::POLICY_LFU;
+            }
+            if adaptive {
+                cache_config.reclaim_strategy.reclaim_policy = ReclaimPolicy::POLICY_ADAPTIVE;
             }
             let b = Bench::with_group(&args.valkey, 1, cache_config).await?;
             let prompts = b.fill(blocks.div_ceil(128), 128, 1024).await?;
@@ -523,7 +530,17 @@ async fn run(args: Args) -> Result<()> {
             let (hc, hu) = command_stat(&mut node, "hmget").await?;
             let (zc, zu) = command_stat(&mut node, "zadd").await?;
             // Read counts: kept only where the group reclaims by LFU (--lfu).
+            // Hits: where the group reclaims by `adaptive` (--adaptive), a read that ends at a
+            // leaf reads its last access (ZSCORE), then counts a hit and an event (2 HINCRBY).
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            while adaptive
+                && command_stat(&mut node, "hincrby").await?.0 < 2.0 * reads as f64
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
             let (ic, iu) = command_stat(&mut node, "hincrby").await?;
+            let (sc, su) = command_stat(&mut node, "zscore").await?;
             // Side by side on the same hash: the same HMGETs sent raw (no kvcm, no bookkeeping).
             let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
             let blocks_key = b.data.keys(&b.instance).blocks.clone();
@@ -539,11 +556,13 @@ async fn run(args: Args) -> Result<()> {
             println!("read-cpu: the same {reads} HMGETs sent raw: {:.2} us/call", ru / rc.max(1.0));
             println!(
                 "read-cpu: {reads} prefix reads of 128 blocks: HMGET {:.2} us/call ({hc} calls), ZADD {:.2} us/call ({zc} calls), \
-                 HINCRBY {:.2} us/call ({ic} calls); Valkey CPU per read {:.2} us; client-side {:.0} reads/s serial",
+                 HINCRBY {:.2} us/call ({ic} calls), ZSCORE {:.2} us/call ({sc} calls); Valkey CPU per read {:.2} us; \
+                 client-side {:.0} reads/s serial",
                 hu / hc.max(1.0),
                 zu / zc.max(1.0),
                 iu / ic.max(1.0),
-                (hu + zu + iu) / reads as f64,
+                su / sc.max(1.0),
+                (hu + zu + iu + su) / reads as f64,
                 reads as f64 / elapsed.as_secs_f64()
             );
             b.cleanup().await?;

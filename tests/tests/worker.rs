@@ -1045,7 +1045,7 @@ async fn adaptive_classes_blocks_by_their_writes_their_children_and_the_ghost() 
 /// it first.
 #[tokio::test]
 async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() {
-    use kvcm_core::hit_density::{BUCKETS, DECAY_EVENTS, bucket};
+    use kvcm_core::hit_density::{BUCKETS, DECAY_EVENTS, UNIT, bucket};
     let fx = Fixture::new(&[("tp0", 10)], 1, adaptive_group()).await;
     let data = data_plane(&fx.api.namespace, valkey().await);
     let hist = instance_key(&fx.api.namespace, &fx.instance, "adaptive");
@@ -1075,15 +1075,15 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     // A learned history: shared leaves read back at ~1 s, or evicted at ~10 min; leaves of the
     // rest evicted at every age, read back once, at once (a class never hit would be ranked by
     // every class pooled, kvcm_core::hit_density::MIN_CLASS_HITS).
-    let mut cells: Vec<(String, f64)> = vec![
-        (format!("h{}", BUCKETS + bucket(1_000)), 100.0),
-        (format!("e{}", BUCKETS + bucket(600_000)), 10.0),
-        (format!("h{}", bucket(0)), 1.0),
+    // (Cells count thousandths of an event, kvcm_core::hit_density::UNIT.)
+    let mut cells: Vec<(String, i64)> = vec![
+        (format!("h{}", BUCKETS + bucket(1_000)), 100 * UNIT),
+        (format!("e{}", BUCKETS + bucket(600_000)), 10 * UNIT),
+        (format!("h{}", bucket(0)), UNIT),
     ];
-    cells.extend((0..BUCKETS).map(|b| (format!("e{b}"), 20.0)));
-    let events = DECAY_EVENTS as f64 + 500.0;
-    let mut args: Vec<(String, f64)> = cells.clone();
-    args.push(("events".into(), events));
+    cells.extend((0..BUCKETS).map(|b| (format!("e{b}"), 20 * UNIT)));
+    let mut args: Vec<(String, i64)> = cells.clone();
+    args.push(("events".into(), DECAY_EVENTS as i64 + 500));
     let _: () = redis::cmd("HSET").arg(&hist).arg(&args).query_async(&mut c).await.unwrap();
     assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 1, "one decay due");
     let learned: std::collections::HashMap<String, String> =
@@ -1093,7 +1093,7 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     assert!(table[bucket(10)..BUCKETS].iter().all(|d| *d == 0.0), "the rest class is not read back after age 0");
     assert!(table[BUCKETS + bucket(10)] > 0.0, "a young shared leaf is worth keeping");
     assert_eq!(learned["events"].parse::<f64>().unwrap(), 500.0);
-    assert!((learned[&cells[0].0].parse::<f64>().unwrap() - 90.0).abs() < 1e-9, "decayed by 0.9");
+    assert_eq!(learned[&cells[0].0], (90 * UNIT).to_string(), "decayed by 0.9");
     assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 0, "not due again");
     // 20 blocks go: the conversations' suffixes (5, 6) and the three one-off chains. The
     // prompt, a shared leaf once 5 and 6 went, is the least recently used leaf throughout.

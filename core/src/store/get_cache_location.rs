@@ -611,7 +611,7 @@ impl DataPlane {
                 let age = now.saturating_sub(last as u64);
                 let cell = crate::hit_density::cell(crate::hit_density::class_of(flags), age);
                 let mut pipe = redis::pipe();
-                pipe.cmd("HINCRBYFLOAT").arg(&keys.adaptive).arg(format!("h{cell}")).arg(1).ignore();
+                pipe.cmd("HINCRBY").arg(&keys.adaptive).arg(format!("h{cell}")).arg(crate::hit_density::UNIT).ignore();
                 pipe.cmd("HINCRBY").arg(&keys.adaptive).arg("events").arg(1).ignore();
                 if let Err(e) = pipe.query_async::<()>(&mut conn).await {
                     tracing::debug!(error = %e, "adaptive hit count failed (a hint; the read succeeded)");

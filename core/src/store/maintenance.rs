@@ -172,7 +172,7 @@ impl DataPlane {
     /// histograms decay (`lua/adaptive_decay.lua`). Returns the decays applied (0: not due, or
     /// another worker took the step).
     pub async fn adaptive_learn(&self, instance_id: &str) -> Result<u64> {
-        use crate::hit_density::{BUCKETS, CLASSES, DECAY, DECAY_EVENTS, table};
+        use crate::hit_density::{BUCKETS, CLASSES, DECAY, DECAY_EVENTS, UNIT, table};
         let keys = self.keys(instance_id);
         let fields: Vec<(String, String)> =
             redis::cmd("HGETALL").arg(&keys.adaptive).query_async(&mut self.conn()).await?;
@@ -181,8 +181,8 @@ impl DataPlane {
         for (name, v) in fields.iter().filter_map(|(n, v)| Some((n, v.parse::<f64>().ok()?))) {
             let (kind, cell) = name.split_at(1.min(name.len()));
             match (kind, cell.parse::<usize>()) {
-                ("h", Ok(c)) if c < hits.len() => hits[c] = v,
-                ("e", Ok(c)) if c < evictions.len() => evictions[c] = v,
+                ("h", Ok(c)) if c < hits.len() => hits[c] = v / UNIT as f64,
+                ("e", Ok(c)) if c < evictions.len() => evictions[c] = v / UNIT as f64,
                 _ if name == "events" => events = v,
                 _ => {}
             }

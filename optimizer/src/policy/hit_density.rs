@@ -65,6 +65,11 @@ pub fn densities(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
     table
 }
 
+/// What one event adds to a histogram cell as kvcm stores it: integers (`HINCRBY`, cheaper in
+/// Valkey than `HINCRBYFLOAT`), in thousandths, so that decays keep three decimals. Densities
+/// are ratios of hits to events, so the scale cancels; [`MIN_CLASS_HITS`] is in events.
+pub const UNIT: i64 = 1_000;
+
 /// Classes of leaves, each with its own histograms and table: 0 the rest, 1 shared, 2 long
 /// write (docs/optimizer.md, "Classes the store can keep").
 pub const CLASSES: usize = 3;
