@@ -148,7 +148,7 @@ if ARGV[2] == 'adaptive' then
     local victim, vrec, vdensity, vlast, vcell
     for i = 1, #keys do
       local rec = recs[i]
-      if not rec or not has_state(rec, 'S') then
+      if not rec or not has_serving(rec) then
         stale(keys[i])
       elseif on_storage(rec) then
         local last = tonumber(sample[2 * i])

@@ -151,6 +151,17 @@ local function has_live(rec)
   return false
 end
 
+-- Whether a record holds a serving location, read in place (the `adaptive` eviction asks it of
+-- 32 sampled leaves per victim).
+local function has_serving(rec)
+  local p = HDR + 1
+  while p <= #rec do
+    if rec:byte(p) == 83 then return true end -- 'S'
+    if rec:byte(p + 12) == 255 and rec:byte(p + 13) == 255 then p = p + 14 else p = p + 26 end
+  end
+  return false
+end
+
 -- Session record entries: key (8) | bytes u32 | location (26 bytes, zero-padded when shorter).
 local SESSION_HDR, SESSION_ENTRY = 12, 38
 local function session_key(sess, j)
