@@ -18,9 +18,16 @@
 --          table = ARGV[1]; reply {1, 2}.
 if #KEYS ~= 1 or #ARGV ~= 3 then return redis.error_reply('adaptive_decay: expected 1 key, 3 args') end
 local every, decay = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not every or every <= 0 or not decay or decay <= 0 or decay > 1 then
+if not every or every <= 0 or every % 1 ~= 0 or not decay or decay <= 0 or decay > 1 then
   return redis.error_reply('adaptive_decay: bad DECAY_EVENTS or DECAY')
 end
+-- The table evict.lua parses: CLASSES x BUCKETS numbers (kvcm_core::hit_density).
+local cells = 0
+for v in string.gmatch(ARGV[1], '[^,]+') do
+  if not tonumber(v) then return redis.error_reply('adaptive_decay: the table holds a non-number') end
+  cells = cells + 1
+end
+if cells ~= 384 then return redis.error_reply('adaptive_decay: the table must hold 384 densities') end
 local events = tonumber(redis.call('HGET', KEYS[1], 'events') or '0')
 local steps = math.floor(events / every)
 if steps < 1 then return {1, 0} end
@@ -28,10 +35,9 @@ local factor = decay ^ steps
 local all = redis.call('HGETALL', KEYS[1])
 local out = {}
 for i = 1, #all, 2 do
-  local f = all[i]:sub(1, 1)
-  if f == 'h' or f == 'e' then
+  if all[i]:match('^[he]%d+$') then
     out[#out + 1] = all[i]
-    out[#out + 1] = string.format('%d', math.floor(tonumber(all[i + 1]) * factor + 0.5))
+    out[#out + 1] = string.format('%d', math.floor((tonumber(all[i + 1]) or 0) * factor + 0.5))
   end
 end
 out[#out + 1], out[#out + 2] = 'events', events - steps * every

@@ -26,9 +26,11 @@
 -- Reply: {1, blocks evicted, bytes freed, next offset, exhausted (0/1)} | {1, -1} (the lease
 --        is not the caller's any more: nothing done); a bad argument (a bug) is an error reply.
 --        With a storage filter, a call looks at no more than 4N leaves; the caller continues
---        from `next offset` until `exhausted`. By "adaptive" a call draws at most 4N samples
---        and `next offset` stays 0 (samples are not ordered); it is exhausted when no sampled
---        leaf could be evicted.
+--        from `next offset` until `exhausted`. By "adaptive" a call makes at most 4N draws of
+--        SAMPLES leaves each and `next offset` stays 0 (samples are not ordered); it is exhausted
+--        when no draw found a leaf to evict — except with a storage filter, where such a call
+--        walks `lru` from ARGV[8] as "lru" would (a storage holding few of the leaves is rarely
+--        sampled) and answers as "lru" does.
 -- Adaptive bookkeeping: each eviction adds UNIT to `e<cell>` (its class and age,
 -- kvcm_core::hit_density::cell) and `events` in KEYS[10]; an evicted shared block is added to
 -- KEYS[11], which keeps the latest tenth of `peak` (the most serving blocks seen: a tenth gives
@@ -106,6 +108,7 @@ local function stale(key)
   redis.call('ZREM', K.lfu, key)
 end
 
+local fallback = false
 if ARGV[2] == 'adaptive' then
   -- kvcm_core::hit_density: BUCKETS, SAMPLES, UNIT; optimizer/src/policy/adaptive.rs: GHOST_DIVISOR.
   local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR = 128, 32, 1000, 10
@@ -164,10 +167,13 @@ if ARGV[2] == 'adaptive' then
     if victim then
       local shared = math.floor(vrec:byte(1) / 2) % 2 == 1
       if take(victim, vrec) then
-        redis.call('HINCRBY', KEYS[10], 'e' .. vcell, UNIT)
-        redis.call('HINCRBY', KEYS[10], 'events', 1)
-        if shared then
-          redis.call('ZADD', KEYS[11], redis.call('HINCRBY', KEYS[10], 'gseq', 1), victim)
+        -- Learning bookkeeping after the eviction's writes: pcall, so that a damaged field
+        -- (not an integer) costs the count, never a half-done eviction.
+        redis.pcall('HINCRBY', KEYS[10], 'e' .. vcell, UNIT)
+        redis.pcall('HINCRBY', KEYS[10], 'events', 1)
+        local gseq = redis.pcall('HINCRBY', KEYS[10], 'gseq', 1)
+        if shared and type(gseq) == 'number' then
+          redis.call('ZADD', KEYS[11], gseq, victim)
           local keep = math.floor(math.max(peak, GHOST_DIVISOR) / GHOST_DIVISOR)
           local over = redis.call('ZCARD', KEYS[11]) - keep
           if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[11], 0, over - 1) end
@@ -175,9 +181,15 @@ if ARGV[2] == 'adaptive' then
       end
     end
   end
-  if evicted == 0 and draws >= n * 4 then exhausted = 1 end
   scanned = 0
-else
+  if evicted == 0 and draws >= n * 4 then
+    -- No sampled leaf serves on the storage being reclaimed (it holds few of the leaves): this
+    -- call walks `lru` instead, as LRU would, so that a full storage is never left full.
+    if only ~= 0 then fallback = true else exhausted = 1 end
+  end
+end
+if ARGV[2] ~= 'adaptive' or fallback then
+  scanned = start
   while evicted < n and scanned < start + n * 4 and (budget <= 0 or freed < budget) do
     local cand
     if before ~= 'inf' and index == KEYS[3] then

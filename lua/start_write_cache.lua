@@ -292,7 +292,9 @@ while f * per_file < nnew do
       if last_new == i - 1 and not unlinked[i] then run = run + 1 else run = 1 end
       last_new = i
       local bits = (run >= LONG_RUN) and 4 or 0
-      if remembered[j] then bits = bits + 2 end
+      -- Shared if the ghost remembers it, or if it still has two serving children (a record
+      -- kept to count them; finish_write_cache.lua set the bit when the second one served).
+      if remembered[j] or (rec_shared(rec) and rec_children(rec) >= 2) then bits = bits + 2 end
       rec = rec_set_class(rec, bits)
     end
     writes[nw + 1], writes[nw + 2] = k, rec

@@ -314,6 +314,23 @@ mod tests {
     }
 
     #[test]
+    fn the_adaptive_constants_of_the_scripts_are_hit_densitys() {
+        use crate::hit_density as h;
+        let evict = format!(
+            "local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR = {}, {}, {}, {}\n",
+            h::BUCKETS,
+            h::SAMPLES,
+            h::UNIT,
+            h::GHOST_DIVISOR
+        );
+        assert!(EVICT.source().contains(&evict), "evict.lua lacks {evict:?}");
+        let start = format!("local LONG_RUN = {}\n", h::LONG_RUN);
+        assert!(START_WRITE_CACHE.source().contains(&start), "start_write_cache.lua lacks {start:?}");
+        let cells = format!("if cells ~= {} then", h::CLASSES * h::BUCKETS);
+        assert!(ADAPTIVE_DECAY.source().contains(&cells), "adaptive_decay.lua lacks {cells:?}");
+    }
+
+    #[test]
     fn every_lua_file_is_registered() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
         let registered: Vec<&str> = ALL.iter().map(|l| l.file).collect();

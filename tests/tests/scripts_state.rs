@@ -530,6 +530,7 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
             "index must be lru, lfu or adaptive",
         ),
         (&scripts::ADAPTIVE_DECAY, 1, vec![b"0".to_vec(), b"0".to_vec(), b"0.9".to_vec()], "bad DECAY_EVENTS"),
+        (&scripts::ADAPTIVE_DECAY, 1, vec![b"0,1".to_vec(), b"2048".to_vec(), b"0.9".to_vec()], "384 densities"),
     ];
     let mut c = valkey().await;
     for (script, nkeys, args, needle) in cases {

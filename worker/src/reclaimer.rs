@@ -227,8 +227,11 @@ async fn evict_instance(
         let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
             ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
             ReclaimPolicy::POLICY_ADAPTIVE => {
-                // The table evictions rank by follows what was counted since the last round.
-                w.data.adaptive_learn(instance).await?;
+                // The table evictions rank by follows what was counted since the last round. A
+                // step that fails is retried next round; evictions go on with the stored table.
+                if let Err(e) = w.data.adaptive_learn(instance).await {
+                    tracing::warn!(%instance, error = %e, "adaptive learning step failed");
+                }
                 vec![(EvictIndex::Adaptive, None)]
             }
             ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],

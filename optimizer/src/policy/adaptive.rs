@@ -40,15 +40,7 @@ use crate::trace::BlockId;
 
 const ABSENT: u32 = u32::MAX;
 
-/// The ghost of evicted shared blocks holds at most 1/`GHOST_DIVISOR` of the largest resident
-/// count seen (docs/optimizer.md: a tenth gives the same hit rates as remembering every one; a
-/// hundredth stays within a point). That count includes a request's new blocks before the
-/// replay evicts down to capacity, as a live cache's would between a write and its reclaim.
-pub const GHOST_DIVISOR: usize = 10;
-
-/// The `LONG_RUN`-th new block of a request's run of new blocks, and every one after it, is in
-/// the *long write* class (docs/optimizer.md: 8 and 32 trade cells with 16, no clear winner).
-pub const LONG_RUN: u32 = 16;
+pub use super::hit_density::{GHOST_DIVISOR, LONG_RUN};
 
 /// Leaf-aware eviction by learned hit density.
 #[derive(Debug, Clone)]

@@ -70,6 +70,16 @@ pub fn densities(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
 /// are ratios of hits to events, so the scale cancels; [`MIN_CLASS_HITS`] is in events.
 pub const UNIT: i64 = 1_000;
 
+/// The ghost of evicted shared blocks holds at most 1/`GHOST_DIVISOR` of the largest resident
+/// count seen (docs/optimizer.md: a tenth gives the same hit rates as remembering every one; a
+/// hundredth stays within a point). That count includes a request's new blocks before the
+/// replay evicts down to capacity, as a live cache's would between a write and its reclaim.
+pub const GHOST_DIVISOR: usize = 10;
+
+/// The `LONG_RUN`-th new block of a request's run of new blocks, and every one after it, is in
+/// the *long write* class (docs/optimizer.md: 8 and 32 trade cells with 16, no clear winner).
+pub const LONG_RUN: u32 = 16;
+
 /// Classes of leaves, each with its own histograms and table: 0 the rest, 1 shared, 2 long
 /// write (docs/optimizer.md, "Classes the store can keep").
 pub const CLASSES: usize = 3;
