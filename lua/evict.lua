@@ -115,14 +115,6 @@ if ARGV[2] == 'adaptive' then
   local table_ = {}
   for v in string.gmatch(redis.call('HGET', KEYS[10], 'table') or '', '[^,]+') do table_[#table_ + 1] = tonumber(v) end
   local now = now_ms()
-  -- The age bucket, as kvcm_core::hit_density::bucket computes it: floor(4 log2(age + 1)),
-  -- at most 127 (the epsilon keeps exact powers of two in their own bucket).
-  local LN2 = math.log(2)
-  local function bucket(age)
-    local b = math.floor(4 * math.log(age + 1) / LN2 + 1e-9)
-    if b > BUCKETS - 1 then return BUCKETS - 1 end
-    return b
-  end
   local function class(rec)
     local f = rec:byte(1)
     if math.floor(f / 2) % 2 == 1 then return 1 end
@@ -157,7 +149,7 @@ if ARGV[2] == 'adaptive' then
         local last = tonumber(sample[2 * i])
         local age = now - last
         if age < 0 then age = 0 end
-        local cell = class(rec) * BUCKETS + bucket(age)
+        local cell = class(rec) * BUCKETS + age_bucket(age)
         local d = table_[cell + 1] or 0
         if not victim or d < vdensity or (d == vdensity and last < vlast) then
           victim, vrec, vdensity, vlast, vcell = keys[i], rec, d, last, cell

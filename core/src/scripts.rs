@@ -326,6 +326,8 @@ mod tests {
         assert!(EVICT.source().contains(&evict), "evict.lua lacks {evict:?}");
         let start = format!("local LONG_RUN = {}\n", h::LONG_RUN);
         assert!(START_WRITE_CACHE.source().contains(&start), "start_write_cache.lua lacks {start:?}");
+        let last = format!("if b > {0} then return {0} end", h::BUCKETS - 1);
+        assert!(EVICT.source().contains(&last), "record.lua's age_bucket lacks {last:?}");
         let cells = format!("if cells ~= {} then", h::CLASSES * h::BUCKETS);
         assert!(ADAPTIVE_DECAY.source().contains(&cells), "adaptive_decay.lua lacks {cells:?}");
     }

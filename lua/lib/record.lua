@@ -162,6 +162,15 @@ local function has_serving(rec)
   return false
 end
 
+-- The `adaptive` policy's age bucket of an age in ms, as kvcm_core::hit_density::bucket
+-- computes it: floor(4 log2(age + 1)), at most 127 (the epsilon keeps exact powers of two in
+-- their own bucket).
+local function age_bucket(age)
+  local b = math.floor(4 * math.log(age + 1) / math.log(2) + 1e-9)
+  if b > 127 then return 127 end
+  return b
+end
+
 -- Session record entries: key (8) | bytes u32 | location (26 bytes, zero-padded when shorter).
 local SESSION_HDR, SESSION_ENTRY = 12, 38
 local function session_key(sess, j)
