@@ -174,8 +174,9 @@ fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
 }
 
 /// How far below the optimizer's `adaptive` (the lowest of three seeds) the replayed `adaptive`
-/// may land on the chat slice: it landed 1.2–2.9 points below (release builds, 16 engines at 40×;
-/// docs/optimizer.md, "adaptive live", lists what differs — ages in wall-clock time that
+/// may land on the chat slice: it landed 1.0–2.5 points below, in-flight blocks counted back (16
+/// engines at 40×, release and debug builds; docs/optimizer.md, "adaptive live", lists what
+/// differs — ages in wall-clock time that
 /// back-pressure pauses stretch, hits counted on leaves whose children are still being written,
 /// the table learned at the next reclaim round rather than at once, the cache between `C` and
 /// ~1.3 × `C`, and the sampler, which moves the simulation alone by a point between seeds).
@@ -187,7 +188,8 @@ const ADAPTIVE_UNDER: f64 = 0.04;
 /// ([`LFU_HELD`] × `C`) by [`LFU_UNDER`] — an `adaptive` that ranked like LRU (a table never
 /// learned, classes never set: ~43%) fails it, and so did the policy before a class never hit
 /// was ranked by the pooled table (44.9% in one live run, the trap the simulation showed in three
-/// seeds of eight). It may not pass OPT at 1.3 × `C`, the bound of any policy there.
+/// seeds of eight). Nor may it pass the highest of the seeds' predictions at `C` and at 1.3 × `C`
+/// by more than [`ADAPTIVE_UNDER`] (nor OPT at 1.3 × `C`, the bound of any policy there).
 #[test]
 fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
     let (_, trace_path, slice, capacity) = chat_slice("replay-adaptive");
@@ -198,6 +200,10 @@ fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
     let seeds: Vec<f64> = (1..=3).map(|seed| predict(PolicyKind::Adaptive, capacity, seed)).collect();
     let lowest = seeds.iter().copied().fold(f64::INFINITY, f64::min);
     let held = (LFU_HELD * capacity as f64).round() as usize;
+    // The most the simulation gives at either capacity, for the bound above.
+    let highest = (1..=3)
+        .flat_map(|seed| [predict(PolicyKind::Adaptive, capacity, seed), predict(PolicyKind::Adaptive, held, seed)])
+        .fold(0.0, f64::max);
     let (lru_held, opt_held) = (predict(PolicyKind::LeafLru, held, 1), predict(PolicyKind::Opt, held, 1));
     assert!(
         lowest - ADAPTIVE_UNDER > lru_held + LFU_UNDER,
@@ -206,11 +212,13 @@ fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
     let report = replay(&trace_path, &slice, capacity, "adaptive", &["--headroom", "3"]);
     let in_flight = report["in_flight_prefix_blocks"].as_f64().unwrap() / report["requested_blocks"].as_f64().unwrap();
     let observed = report["hit_rate"].as_f64().unwrap() + in_flight;
+    let ceiling = (highest + ADAPTIVE_UNDER).min(opt_held);
     assert!(
-        observed >= lowest - ADAPTIVE_UNDER && observed <= opt_held,
+        observed >= lowest - ADAPTIVE_UNDER && observed <= ceiling,
         "observed hit rate {observed:.4} (in flight elsewhere counted as hits: {in_flight:.4}) vs adaptive \
-         {seeds:.4?} at {capacity} blocks (seeds 1–3; allowed {ADAPTIVE_UNDER} under the lowest), \
-         leaf_lru {lru_held:.4} and opt {opt_held:.4} at {held}:\n{report:#}"
+         {seeds:.4?} at {capacity} blocks (seeds 1–3; allowed {ADAPTIVE_UNDER} under the lowest, and up to \
+         {ceiling:.4}: the highest at {capacity} or {held} blocks plus as much, at most OPT), leaf_lru \
+         {lru_held:.4} and opt {opt_held:.4} at {held}:\n{report:#}"
     );
 }
 
