@@ -10,10 +10,9 @@ pub mod block_key;
 pub mod config;
 pub mod error;
 pub mod faults;
-/// The arithmetic of the `adaptive` eviction policy, one source for the optimizer's simulation
+/// The arithmetic of the `adaptive` eviction policy, one crate for the optimizer's simulation
 /// and the worker's live ranking (so both rank leaves alike).
-#[path = "../../optimizer/src/policy/hit_density.rs"]
-pub mod hit_density;
+pub use kvcm_hit_density as hit_density;
 pub mod keys;
 pub mod limits;
 pub mod mask;

@@ -1,5 +1,5 @@
 //! Adaptive: leaf-aware eviction by learned hit density. kvcm-worker runs the same rule live
-//! (`POLICY_ADAPTIVE`: lua/evict.lua, with the arithmetic of [`super::hit_density`] compiled into
+//! (`POLICY_ADAPTIVE`: lua/evict.lua, with the arithmetic of [`super::hit_density`] shared with
 //! kvcm-core); docs/optimizer.md, "adaptive live", compares the two.
 //!
 //! Only leaves of the prefix tree are evictable, as in [`super::leaf_lru`]. Among them the victim

@@ -26,7 +26,7 @@
 
 pub mod adaptive;
 pub(crate) mod forest;
-pub mod hit_density;
+pub use kvcm_hit_density as hit_density;
 pub mod leaf_lfu;
 pub mod leaf_lru;
 pub mod lfu;

@@ -1,7 +1,7 @@
 //! Hit density: the arithmetic of the `adaptive` eviction policy (`optimizer/src/policy/
 //! adaptive.rs` simulates it; kvcm-worker runs it live, `lua/evict.lua`). Pure arithmetic with
-//! no dependency: kvcm-core compiles this same file (`kvcm_core::hit_density`), so the worker
-//! ranks leaves exactly as the simulation does.
+//! no dependency, its own crate so that the optimizer and kvcm-core (`kvcm_core::hit_density`)
+//! share it: the worker ranks leaves exactly as the simulation does.
 //!
 //! The policy counts two kinds of events per **age bucket** (time since a leaf's last access,
 //! log-scaled, [`bucket`]): a *hit* when a read's deepest block is a serving leaf, an *eviction*
