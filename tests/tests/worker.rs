@@ -1124,3 +1124,72 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     assert_eq!(&kept[..4], [true; 4], "the shared prompt is kept: {kept:?}");
     assert!(kept[4..].iter().all(|k| !k), "the suffixes and one-off chains went: {kept:?}");
 }
+
+/// `adaptive` reclaiming one storage type samples every leaf of the instance; when the storage
+/// being reclaimed holds few of them, its samples can miss them all, and the call then walks
+/// `lru` as LRU would — a full storage is never left full because sampling missed it.
+#[tokio::test]
+async fn adaptive_reclaiming_one_storage_finds_its_few_leaves() {
+    let ns = unique("adaptive-storage");
+    let instance = "i";
+    let data = data_plane(&ns, valkey().await);
+    let mut c = valkey().await;
+    let (blocks, lru) = (instance_key(&ns, instance, "blocks"), instance_key(&ns, instance, "lru"));
+    // 3,000 one-block leaves on storage 1, one on storage 2 (record layout: lua/lib/record.lua).
+    let record = |storage: u16| {
+        let mut r = vec![0u8; 11];
+        r.push(b'S');
+        r.extend_from_slice(&storage.to_le_bytes());
+        r.push(0);
+        r.extend_from_slice(&[0; 8]);
+        r.extend_from_slice(&u16::MAX.to_le_bytes());
+        r
+    };
+    for chunk in (1..=3000i64).collect::<Vec<_>>().chunks(500) {
+        let mut hset = redis::cmd("HSET");
+        let mut zadd = redis::cmd("ZADD");
+        hset.arg(&blocks);
+        zadd.arg(&lru);
+        for k in chunk {
+            hset.arg(&k.to_be_bytes()[..]).arg(record(1));
+            zadd.arg(*k).arg(&k.to_be_bytes()[..]);
+        }
+        let _: () = hset.query_async(&mut c).await.unwrap();
+        let _: () = zadd.query_async(&mut c).await.unwrap();
+    }
+    let lone = 9_999i64.to_be_bytes();
+    let _: () = redis::cmd("HSET").arg(&blocks).arg(&lone[..]).arg(record(2)).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("ZADD").arg(&lru).arg(5_000).arg(&lone[..]).query_async(&mut c).await.unwrap();
+    // The reclaimer's loop (worker/src/reclaimer.rs): calls go on from the offset each returns,
+    // until one frees the bytes wanted or finds nothing more.
+    let lease = data.lease_acquire(instance, "t", 60_000).await.unwrap().unwrap();
+    let (mut offset, mut calls, mut freed) = (0, 0, 0);
+    while freed == 0 && calls < 1_000 {
+        let r = data
+            .evict(
+                instance,
+                &[10],
+                kvcm_core::store::maintenance::EvictIndex::Adaptive,
+                4,
+                None,
+                Some(2),
+                &lease,
+                10,
+                offset,
+            )
+            .await
+            .unwrap()
+            .expect("the lease is held");
+        calls += 1;
+        freed += r.bytes;
+        if r.blocks == 0 && r.exhausted {
+            break;
+        }
+        offset = r.next_offset;
+    }
+    assert_eq!(freed, 10, "the one leaf on storage 2 was evicted ({calls} calls)");
+    let rec: Vec<u8> = redis::cmd("HGET").arg(&blocks).arg(&lone[..]).query_async(&mut c).await.unwrap();
+    assert_eq!(rec[11], b'D', "marked deleting");
+    let served: i64 = redis::cmd("ZCARD").arg(&lru).query_async(&mut c).await.unwrap();
+    assert_eq!(served, 3000, "the other storage's leaves stay");
+}
