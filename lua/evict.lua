@@ -39,6 +39,9 @@
 -- Example: chain A <- B <- C serving, lru = {C}; N = 2 -> C then B evicted (B became the leaf
 --          when C went), lru = {A}; reply {1, 2, bytes}. By "lfu" with icount = {B: 3, C: 2}
 --          and C's priority 5: C evicted, B a leaf with priority 5 + 3 = 8, icount = {B: 5}.
+--          By "adaptive", leaves P (shared, last access 2 s ago) and Q (rest, 1 s ago), a table
+--          where shared leaves of that age have density 0.4 and the rest 0.1, N = 1: Q is
+--          evicted (lower density, though more recent), e<cell of Q> += 1000, events += 1.
 if #KEYS ~= 11 or #ARGV ~= 9 then return redis.error_reply('evict: expected 11 keys, 9 args') end
 if ARGV[2] ~= 'lru' and ARGV[2] ~= 'lfu' and ARGV[2] ~= 'adaptive' then
   return redis.error_reply('evict: index must be lru, lfu or adaptive')

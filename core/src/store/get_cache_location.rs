@@ -80,9 +80,9 @@ enum Keeps {
 
 fn keeps(snap: &Snapshot, inst: &InstanceInfo) -> Keeps {
     use crate::wire::admin::ReclaimPolicy as P;
-    match snap.groups.get(&inst.instance_group_name).map(|g| g.cache_config.reclaim_strategy.reclaim_policy) {
-        Some(P::POLICY_LFU) => Keeps::Counts,
-        Some(P::POLICY_ADAPTIVE) => Keeps::Hits,
+    match super::reclaim_policy(snap, inst) {
+        P::POLICY_LFU => Keeps::Counts,
+        P::POLICY_ADAPTIVE => Keeps::Hits,
         _ => Keeps::Recency,
     }
 }
@@ -340,13 +340,16 @@ impl DataPlane {
         let records = self.records(&self.keys(&inst.instance_id), blocks).await?;
         let mut per_block: Vec<Vec<CacheLocation>> = Vec::with_capacity(blocks.len());
         let mut children: Vec<Option<u16>> = Vec::with_capacity(blocks.len());
-        // Each record's flags byte (its `adaptive` class), for the touch.
-        let mut flags: Vec<u8> = Vec::with_capacity(blocks.len());
+        // Each record's flags byte (its `adaptive` class), for the touch of an `adaptive` group.
+        let keeps = keeps(snap, inst);
+        let mut flags: Vec<u8> = Vec::with_capacity(if keeps == Keeps::Hits { blocks.len() } else { 0 });
         {
             let lookup = |id: u16| storage_of(snap, id);
             let mut builder = backend::LocationBuilder::new(&lookup, inst, spec_filter);
             for (i, r) in records.iter().enumerate() {
-                flags.push(r.and_then(|b| b.first().copied()).unwrap_or(0));
+                if keeps == Keeps::Hits {
+                    flags.push(r.and_then(|b| b.first().copied()).unwrap_or(0));
+                }
                 let mut here: Vec<CacheLocation> = Vec::new();
                 let rec = r.and_then(super::record::BlockRecord::decode);
                 if let Some(rec) = &rec {
@@ -435,7 +438,7 @@ impl DataPlane {
             Selection::Window(s, e) => (*s..*e).collect(),
         };
         if let Some(&i) = returned.iter().rev().find(|&&i| children[i].is_some()) {
-            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0), keeps(snap, inst), flags[i]);
+            self.touch(&inst.instance_id, blocks[i], children[i] == Some(0), keeps, flags.get(i).copied().unwrap_or(0));
         }
         let vector = |v: Vec<CacheLocation>| crate::wire::meta::CacheLocationVector { locations: v };
         let out: Vec<_> = match selection {

@@ -297,6 +297,14 @@ pub(crate) fn first<T: redis::FromRedisValue + Default>(reply: Vec<redis::Value>
     Ok(reply.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default())
 }
 
+/// The policy the instance's group reclaims by (`POLICY_UNSPECIFIED` for an unknown group).
+pub(crate) fn reclaim_policy(snap: &Snapshot, inst: &crate::wire::InstanceInfo) -> crate::wire::admin::ReclaimPolicy {
+    snap.groups
+        .get(&inst.instance_group_name)
+        .map(|g| g.cache_config.reclaim_strategy.reclaim_policy)
+        .unwrap_or_default()
+}
+
 /// The storage a record's storage id names, if it still exists.
 pub fn storage_of(snap: &Snapshot, id: u16) -> Option<&StorageConfig> {
     snap.storage_names.get(&id).and_then(|n| snap.storages.get(n))

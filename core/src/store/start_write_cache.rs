@@ -158,9 +158,7 @@ impl DataPlane {
             (timeout.to_string(), storage_id.to_string(), Backend::of(cfg).key_count_per_file().to_string());
         let fields: Vec<[u8; 8]> = blocks.iter().map(|b| block_field(*b)).collect();
         // In a group that reclaims by `adaptive`, new records are classed (lua/lib/record.lua).
-        let adaptive = snap.groups.get(&inst.instance_group_name).is_some_and(|g| {
-            g.cache_config.reclaim_strategy.reclaim_policy == crate::wire::admin::ReclaimPolicy::POLICY_ADAPTIVE
-        });
+        let adaptive = super::reclaim_policy(snap, inst) == crate::wire::admin::ReclaimPolicy::POLICY_ADAPTIVE;
         // A session id another request holds (1 in 2^64) is drawn again.
         let mut attempts = 0;
         let (session_id, reply) = loop {
