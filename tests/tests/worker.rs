@@ -984,6 +984,17 @@ async fn flags(fx: &Fixture, key: i64) -> u8 {
     rec[0]
 }
 
+/// One call of the evict script by `adaptive` (every storage), under a lease taken for it.
+async fn evict_adaptive(
+    data: &kvcm_core::store::DataPlane,
+    instance: &str,
+    n: usize,
+) -> kvcm_core::store::maintenance::Evicted {
+    let lease = data.lease_acquire(instance, "t", 60_000).await.unwrap().unwrap();
+    let index = kvcm_core::store::maintenance::EvictIndex::Adaptive;
+    data.evict(instance, &[10, 10], index, n, None, None, &lease, 0, 0).await.unwrap().expect("the lease is held")
+}
+
 /// `adaptive` ranks leaves in three classes (docs/optimizer.md, "Classes the store can keep"),
 /// which the store keeps in a record's flags: a block written 16 or more keys into its
 /// session's run of new keys is a long write; a block with two serving children at once is
@@ -1008,22 +1019,7 @@ async fn adaptive_classes_blocks_by_their_writes_their_children_and_the_ghost() 
     assert_eq!(flags(&fx, 100).await, 1, "a short suffix: its parent bit only");
     assert_eq!(flags(&fx, 2).await & SHARED_BIT, 0, "one child");
     // Everything evicted: the shared block is remembered, the others are not.
-    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
-    let evicted = data
-        .evict(
-            &fx.instance,
-            &[10, 10],
-            kvcm_core::store::maintenance::EvictIndex::Adaptive,
-            100,
-            None,
-            None,
-            &lease,
-            0,
-            0,
-        )
-        .await
-        .unwrap()
-        .expect("the lease is held");
+    let evicted = evict_adaptive(&data, &fx.instance, 100).await;
     assert_eq!(evicted.blocks, 21);
     let ghost = instance_key(&fx.api.namespace, &fx.instance, "ighost");
     let mut c = valkey().await;
@@ -1098,22 +1094,7 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 0, "not due again");
     // 20 blocks go: the conversations' suffixes (5, 6) and the three one-off chains. The
     // prompt, a shared leaf once 5 and 6 went, is the least recently used leaf throughout.
-    let lease = data.lease_acquire(&fx.instance, "t", 60_000).await.unwrap().unwrap();
-    let evicted = data
-        .evict(
-            &fx.instance,
-            &[10, 10],
-            kvcm_core::store::maintenance::EvictIndex::Adaptive,
-            20,
-            None,
-            None,
-            &lease,
-            0,
-            0,
-        )
-        .await
-        .unwrap()
-        .expect("the lease is held");
+    let evicted = evict_adaptive(&data, &fx.instance, 20).await;
     assert_eq!(evicted.blocks, 20);
     // (Checked before the read below, whose touch of the prompt's leaf is a hit.)
     let counted: std::collections::HashMap<String, String> =
