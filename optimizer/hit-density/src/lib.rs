@@ -107,15 +107,18 @@ pub fn cell(class: usize, age_ms: u64) -> usize {
 /// Every class's densities, class after class, from per-cell hits and evictions
 /// (`CLASSES × BUCKETS` each; shorter ones are read as zero-padded).
 pub fn table(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
-    let part = |v: &[f64], c: usize| v.get(c * BUCKETS..((c + 1) * BUCKETS).min(v.len())).unwrap_or(&[]).to_vec();
+    // Class `c`'s cells, borrowed (`densities` reads a short slice as zero-padded).
+    fn part(v: &[f64], c: usize) -> &[f64] {
+        v.get(c * BUCKETS..((c + 1) * BUCKETS).min(v.len())).unwrap_or(&[])
+    }
     let pooled = |v: &[f64]| -> Vec<f64> {
-        (0..BUCKETS).map(|b| (0..CLASSES).map(|c| part(v, c).get(b).copied().unwrap_or(0.0)).sum()).collect()
+        (0..BUCKETS).map(|b| (0..CLASSES).map(|c| v.get(c * BUCKETS + b).copied().unwrap_or(0.0)).sum()).collect()
     };
     let all = densities(&pooled(hits), &pooled(evictions));
     (0..CLASSES)
         .flat_map(|c| {
             let h = part(hits, c);
-            if h.iter().sum::<f64>() < MIN_CLASS_HITS { all.clone() } else { densities(&h, &part(evictions, c)) }
+            if h.iter().sum::<f64>() < MIN_CLASS_HITS { all.clone() } else { densities(h, part(evictions, c)) }
         })
         .collect()
 }
