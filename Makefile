@@ -13,6 +13,7 @@ run: deps build-release
 test: deps lint
 	@$(MAKE) --no-print-directory terraform-check
 	cargo build --workspace --bins
+	@rm -rf .kvcm/test-data  # block files of earlier runs' tests
 	@infra/valkey-cluster.sh start --base-port $(TEST_VALKEY_PORT) --dir .kvcm/test-valkey >/dev/null
 	@set -o pipefail; status=0; mkdir -p .kvcm; \
 	  KVCM_TEST_VALKEY_URL=redis://127.0.0.1:$(TEST_VALKEY_PORT) KVCM_TEST_TLS_BASE_PORT=$$(( $(TEST_VALKEY_PORT) + 100 )) \
