@@ -47,32 +47,29 @@ pub async fn clear(State(s): State<AppState>, WireJson(_): WireJson<ClearFaultsR
     }))
 }
 
-/// Middleware of both planes: answers a faulted call with `INTERNAL_ERROR` before its handler,
-/// or delays it (`FT_HANG`).
-pub async fn faulted(faults: &'static Faults, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// The fault check of both planes' layer ([`crate::guard`]): the reply of a call faulted with
+/// `INTERNAL_ERROR`, answered before its handler, or `None` once any `FT_HANG` is over.
+pub async fn check(faults: &'static Faults, path: &str) -> Option<Response> {
     // No fault set (always, unless debug_faults is on and a test set one): one atomic load.
-    if let Some(rpc) = req.uri().path().strip_prefix("/api/").filter(|_| faults.any()) {
-        let name = crate::tair_rpc_name(rpc);
-        // The debug service itself is never faulted: a test could not undo its faults.
-        let debug = matches!(name.as_str(), "InjectFault" | "RemoveFault" | "ClearFaults");
-        match if debug { Hit::Pass } else { faults.hit(&name) } {
-            Hit::Pass => {}
-            Hit::Fail => {
-                return error_response(
-                    Http::OK,
-                    StatusCode::INTERNAL_ERROR,
-                    format!("fault injected into {name} on this frontend (injectFault, debug_faults = true)"),
-                );
+    let rpc = path.strip_prefix("/api/").filter(|_| faults.any())?;
+    let name = crate::tair_rpc_name(rpc);
+    // The debug service itself is never faulted: a test could not undo its faults.
+    let debug = matches!(name.as_str(), "InjectFault" | "RemoveFault" | "ClearFaults");
+    match if debug { Hit::Pass } else { faults.hit(&name) } {
+        Hit::Pass => None,
+        Hit::Fail => Some(error_response(
+            Http::OK,
+            StatusCode::INTERNAL_ERROR,
+            format!("fault injected into {name} on this frontend (injectFault, debug_faults = true)"),
+        )),
+        Hit::Hang { wait, fault } => {
+            // Until its time is up or the fault is removed (before the request's deadline
+            // starts: a hang models a slow path in front of the handler).
+            let until = std::time::Instant::now() + wait;
+            while let Some(step) = faults.hang_left(&name, fault, until) {
+                tokio::time::sleep(step).await;
             }
-            Hit::Hang { wait, fault } => {
-                // Until its time is up or the fault is removed (before the request's deadline
-                // starts: a hang models a slow path in front of the handler).
-                let until = std::time::Instant::now() + wait;
-                while let Some(step) = faults.hang_left(&name, fault, until) {
-                    tokio::time::sleep(step).await;
-                }
-            }
+            None
         }
     }
-    next.run(req).await
 }

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod event_log;
 pub mod faults;
 pub mod grpc;
+pub mod guard;
 pub mod health;
 pub mod lambda;
 pub mod meta;
@@ -46,7 +47,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tower_http::catch_panic::CatchPanicLayer;
 
 /// A built, bound, not yet serving frontend.
 pub struct Server {
@@ -321,23 +321,24 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// Wraps a plane's router with the layers both planes share: metrics and access log, panic
-/// catching, request deadline, body limit, and JSON replies for unknown RPCs and wrong methods.
-/// Every response kvcm produces — also 404, 405, 408 and 500 — carries the Tair header shape.
+/// Wraps a plane's router with the layer both planes share ([`guard`]: metrics and access log,
+/// faults, body budget, panic catching, request deadline), the body limit, and JSON replies for
+/// unknown RPCs and wrong methods. Every response kvcm produces — also 404, 405, 408 and 500 —
+/// carries the Tair header shape.
 pub fn with_common_layers(plane: &'static str, router: Router, state: &AppState) -> Router {
-    let metrics = state.metrics.clone();
-    let deadline = Duration::from_millis(state.config.request_timeout_ms);
-    let (bodies, max_body) = (state.bodies.clone(), state.config.max_body_bytes);
-    let faults = state.faults;
+    let guard = Arc::new(guard::Guard {
+        plane,
+        metrics: state.metrics.clone(),
+        deadline: Duration::from_millis(state.config.request_timeout_ms),
+        bodies: state.bodies.clone(),
+        max_body: state.config.max_body_bytes,
+        faults: state.faults,
+    });
     router
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(from_fn(move |req, next| within_deadline(deadline, req, next)))
-        .layer(from_fn(move |req, next| within_body_budget(bodies.clone(), max_body, req, next)))
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(from_fn(move |req, next| faults::faulted(faults, req, next)))
-        .layer(from_fn(move |req, next| metrics::track(plane, metrics.clone(), req, next)))
+        .layer(from_fn(move |req, next| guard::run(guard.clone(), req, next)))
 }
 
 async fn unknown_route(uri: Uri) -> Response {
@@ -353,67 +354,6 @@ async fn wrong_method(method: axum::http::Method, uri: Uri) -> Response {
         Http::METHOD_NOT_ALLOWED,
         StatusCode::UNSUPPORTED,
         format!("{method} is not served on {}: RPCs are POST /api/<rpcName>", uri.path()),
-    )
-}
-
-/// Holds the request's share of `max_inflight_body_bytes` (its content-length, or
-/// `max_body_bytes` without one; counted in KiB) while it runs; HTTP 503 if the share is not free
-/// within a second.
-async fn within_body_budget(
-    bodies: Arc<tokio::sync::Semaphore>,
-    max_body: usize,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let declared = req
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let bytes = match declared {
-        Some(n) => n.min(max_body),
-        None if req.method() == axum::http::Method::GET => 0,
-        None => max_body,
-    };
-    let kib = bytes.div_ceil(1024).max(1) as u32;
-    match tokio::time::timeout(Duration::from_secs(1), bodies.acquire_many(kib)).await {
-        Ok(Ok(_share)) => next.run(req).await,
-        _ => {
-            let mut r = error_response(
-                Http::SERVICE_UNAVAILABLE,
-                StatusCode::SERVICE_NOT_READY,
-                "too many request bytes in flight on this frontend (max_inflight_body_bytes); retry shortly".into(),
-            );
-            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
-            r
-        }
-    }
-}
-
-/// HTTP 408 when a request takes longer than `request_timeout_ms` (its future is dropped).
-async fn within_deadline(deadline: Duration, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    match tokio::time::timeout(deadline, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => error_response(
-            Http::REQUEST_TIMEOUT,
-            StatusCode::SERVICE_NOT_READY,
-            "the request did not finish within request_timeout_ms; retry".into(),
-        ),
-    }
-}
-
-/// A panic in a handler is a bug: logged, and answered like any internal error.
-fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let what = err
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| err.downcast_ref::<&str>().copied())
-        .unwrap_or("(no message)");
-    tracing::error!(panic = %what, "a request handler panicked");
-    error_response(
-        Http::INTERNAL_SERVER_ERROR,
-        StatusCode::INTERNAL_ERROR,
-        "internal error; see the kvcm-api log".into(),
     )
 }
 

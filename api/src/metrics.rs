@@ -12,14 +12,11 @@
 //! were removed.
 
 use crate::reply::WireCode;
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
 use axum::response::Response;
 use kvcm_core::wire::admin::{MetricValue, MetricsData, MetricsTag};
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 /// The instance label of instances past the cap (braces: no instance id can be this).
 pub const OTHER_INSTANCES: &str = "{other}";
@@ -389,22 +386,31 @@ fn counter_family(
     family
 }
 
-/// Middleware: counts and times every request by route template; writes the access log line.
-pub async fn track(plane: &'static str, metrics: Arc<Metrics>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());
-    let route = route.unwrap_or_else(|| "unmatched".to_string());
-    let method = req.method().clone();
-    let start = Instant::now();
-    let resp = next.run(req).await;
-    let elapsed = start.elapsed();
-    let code = resp.extensions().get::<WireCode>().map(|c| c.0.name()).unwrap_or("");
-    metrics.requests.with_label_values(&[plane, &route, code]).inc();
-    metrics.latency.with_label_values(&[plane, &route]).observe(elapsed.as_secs_f64());
-    if metrics.access_log {
-        tracing::info!(target: "kvcm::access", plane, %method, route, http = resp.status().as_u16(), code,
-            micros = elapsed.as_micros() as u64, "request");
+impl Metrics {
+    /// Counts and times one request by route template (`None`: no route matched) and writes its
+    /// access log line (`method`: the request's, when the access log is on).
+    pub fn request(
+        &self,
+        plane: &'static str,
+        route: Option<&str>,
+        method: Option<&axum::http::Method>,
+        resp: &Response,
+        elapsed: std::time::Duration,
+    ) {
+        let route = route.unwrap_or("unmatched");
+        let code = resp.extensions().get::<WireCode>().map(|c| c.0.name()).unwrap_or("");
+        self.requests.with_label_values(&[plane, route, code]).inc();
+        self.latency.with_label_values(&[plane, route]).observe(elapsed.as_secs_f64());
+        if let Some(method) = method.filter(|_| self.access_log) {
+            tracing::info!(target: "kvcm::access", plane, %method, route, http = resp.status().as_u16(), code,
+                micros = elapsed.as_micros() as u64, "request");
+        }
     }
-    resp
+
+    /// Whether each request writes an access log line.
+    pub fn access_log(&self) -> bool {
+        self.access_log
+    }
 }
 
 #[cfg(test)]
