@@ -7,7 +7,9 @@
 #
 # Usage: loadtest/cpu/per_request.sh OLD_BINARY NEW_BINARY [ROUNDS]
 # Environment: VALKEY (default redis://127.0.0.1:7661), REQUESTS (40000), CONCURRENCY (32),
-# PORT_BASE (18000: old on +1/+2, new on +11/+12). Needs ab (apache2-utils), curl, python3.
+# PORT_BASE (18000: old on +1/+2, new on +11/+12), PROFILE (a path: `perf record -g` of the new
+# binary during its first round, written there; that round's figures include perf's own cost;
+# needs perf). Needs ab (apache2-utils), curl, python3.
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-6}
 requests=${REQUESTS:-40000} concurrency=${CONCURRENCY:-32} base=${PORT_BASE:-18000}
@@ -43,9 +45,15 @@ for round in $(seq "$rounds"); do
   for side in old new; do
     if [ $side = old ]; then pid=$old_pid port=$((base + 1)); else pid=$new_pid port=$((base + 11)); fi
     before=$(cpu $pid)
+    perf_pid=
+    if [ -n "${PROFILE:-}" ] && [ "$round" = 1 ] && [ $side = new ]; then
+      perf record -F 2000 -g -p "$pid" -o "$PROFILE" >/dev/null 2>&1 &
+      perf_pid=$!
+    fi
     ab -q -k -c "$concurrency" -n "$requests" -p "$work/body" -T application/json \
       "http://127.0.0.1:$port/api/getCacheLocation" >"$work/ab.out" 2>&1
     after=$(cpu $pid)
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
     failed=$(awk '/Failed requests/ {print $3}' "$work/ab.out")
     rate=$(awk '/Requests per second/ {print $4}' "$work/ab.out")
     us=$(python3 -c "print(round(($after - $before) * 1e6 / $ticks / $requests, 2))")
