@@ -8,15 +8,17 @@
 --
 -- KEYS[1] adaptive  hash (core/src/keys.rs): `h<cell>` / `e<cell>` hits / evictions (integers,
 --                   in thousandths of an event: kvcm_core::hit_density::UNIT), `events`,
---                   `table`
--- ARGV[1] the new table: CLASSES x BUCKETS densities, comma separated
+--                   `table`, `ranks`
+-- ARGV[1] the new table: CLASSES x BUCKETS densities, comma separated (for people and tests)
 -- ARGV[2] DECAY_EVENTS (> 0)   ARGV[3] DECAY (0 < DECAY <= 1)
+-- ARGV[4] the table's ranks, what lua/evict.lua reads: RANK_WIDTH digits per cell, cell after
+--         cell (kvcm_core::hit_density::ranks_field)
 --
 -- Reply: {1, decays applied} — 0 when fewer than DECAY_EVENTS events were counted (nothing
 --        changes: another worker took this step already, or it is not due).
 -- Example: events = 5000, DECAY_EVENTS 2048, DECAY 0.9, h3 = 100000 -> h3 = 81000, events = 904,
---          table = ARGV[1]; reply {1, 2}.
-if #KEYS ~= 1 or #ARGV ~= 3 then return redis.error_reply('adaptive_decay: expected 1 key, 3 args') end
+--          table = ARGV[1], ranks = ARGV[4]; reply {1, 2}.
+if #KEYS ~= 1 or #ARGV ~= 4 then return redis.error_reply('adaptive_decay: expected 1 key, 4 args') end
 local every, decay = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not every or every <= 0 or every % 1 ~= 0 or not decay or decay <= 0 or decay > 1 then
   return redis.error_reply('adaptive_decay: bad DECAY_EVENTS or DECAY')
@@ -28,6 +30,9 @@ for v in string.gmatch(ARGV[1], '[^,]+') do
   cells = cells + 1
 end
 if cells ~= 384 then return redis.error_reply('adaptive_decay: the table must hold 384 densities') end
+if #ARGV[4] ~= 384 * 3 or ARGV[4]:find('%D') then
+  return redis.error_reply('adaptive_decay: the ranks must be 384 cells of 3 digits')
+end
 local events = tonumber(redis.call('HGET', KEYS[1], 'events') or '0')
 local steps = math.floor(events / every)
 if steps < 1 then return {1, 0} end
@@ -42,5 +47,6 @@ for i = 1, #all, 2 do
 end
 out[#out + 1], out[#out + 2] = 'events', events - steps * every
 out[#out + 1], out[#out + 2] = 'table', ARGV[1]
+out[#out + 1], out[#out + 2] = 'ranks', ARGV[4]
 redis.call('HSET', KEYS[1], unpack(out))
 return {1, steps}

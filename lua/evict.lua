@@ -113,10 +113,16 @@ end
 
 local fallback = false
 if ARGV[2] == 'adaptive' then
-  -- kvcm_core::hit_density: BUCKETS, SAMPLES, UNIT; optimizer/src/policy/adaptive.rs: GHOST_DIVISOR.
-  local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR = 128, 32, 1000, 10
-  local table_ = {}
-  for v in string.gmatch(redis.call('HGET', KEYS[10], 'table') or '', '[^,]+') do table_[#table_ + 1] = tonumber(v) end
+  -- kvcm_core::hit_density: BUCKETS, SAMPLES, UNIT, RANK_WIDTH; optimizer/src/policy/adaptive.rs:
+  -- GHOST_DIVISOR.
+  local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR, RANK_WIDTH = 128, 32, 1000, 10, 3
+  -- Each cell's rank by density (kvcm_core::hit_density::ranks), read per sampled leaf at its
+  -- offset: parsing the whole table of densities cost ~125 µs per call. None learned yet: every
+  -- leaf ranks 0, and the least recent of the samples goes.
+  local ranks = redis.call('HGET', KEYS[10], 'ranks') or ''
+  local function rank(cell)
+    return tonumber(ranks:sub(cell * RANK_WIDTH + 1, (cell + 1) * RANK_WIDTH)) or 0
+  end
   local now = now_ms()
   local function class(rec)
     local f = rec:byte(1)
@@ -153,7 +159,7 @@ if ARGV[2] == 'adaptive' then
         local age = now - last
         if age < 0 then age = 0 end
         local cell = class(rec) * BUCKETS + age_bucket(age)
-        local d = table_[cell + 1] or 0
+        local d = rank(cell)
         if not victim or d < vdensity or (d == vdensity and last < vlast) then
           victim, vrec, vdensity, vlast, vcell = keys[i], rec, d, last, cell
         end

@@ -317,11 +317,12 @@ mod tests {
     fn the_adaptive_constants_of_the_scripts_are_hit_densitys() {
         use crate::hit_density as h;
         let evict = format!(
-            "local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR = {}, {}, {}, {}\n",
+            "local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR, RANK_WIDTH = {}, {}, {}, {}, {}\n",
             h::BUCKETS,
             h::SAMPLES,
             h::UNIT,
-            h::GHOST_DIVISOR
+            h::GHOST_DIVISOR,
+            h::RANK_WIDTH
         );
         assert!(EVICT.source().contains(&evict), "evict.lua lacks {evict:?}");
         let start = format!("local LONG_RUN = {}\n", h::LONG_RUN);
@@ -330,6 +331,8 @@ mod tests {
         assert!(EVICT.source().contains(&last), "record.lua's age_bucket lacks {last:?}");
         let cells = format!("if cells ~= {} then", h::CLASSES * h::BUCKETS);
         assert!(ADAPTIVE_DECAY.source().contains(&cells), "adaptive_decay.lua lacks {cells:?}");
+        let ranks = format!("if #ARGV[4] ~= {} * {} or", h::CLASSES * h::BUCKETS, h::RANK_WIDTH);
+        assert!(ADAPTIVE_DECAY.source().contains(&ranks), "adaptive_decay.lua lacks {ranks:?}");
     }
 
     #[test]

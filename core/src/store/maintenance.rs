@@ -172,7 +172,7 @@ impl DataPlane {
     /// histograms decay (`lua/adaptive_decay.lua`). Returns the decays applied (0: not due, or
     /// another worker took the step).
     pub async fn adaptive_learn(&self, instance_id: &str) -> Result<u64> {
-        use crate::hit_density::{BUCKETS, CLASSES, DECAY, DECAY_EVENTS, UNIT, table};
+        use crate::hit_density::{BUCKETS, CLASSES, DECAY, DECAY_EVENTS, UNIT, ranks_field, table};
         let keys = self.keys(instance_id);
         let fields: Vec<(String, String)> =
             redis::cmd("HGETALL").arg(&keys.adaptive).query_async(&mut self.conn()).await?;
@@ -190,7 +190,8 @@ impl DataPlane {
         if events < DECAY_EVENTS as f64 {
             return Ok(0);
         }
-        let densities = table(&hits, &evictions)
+        let learned = table(&hits, &evictions);
+        let densities = learned
             .iter()
             .map(|d| if *d == 0.0 { "0".to_string() } else { format!("{d:e}") })
             .collect::<Vec<_>>()
@@ -199,7 +200,12 @@ impl DataPlane {
             .run(
                 &scripts::ADAPTIVE_DECAY,
                 &[&keys.adaptive],
-                &[densities.as_bytes(), DECAY_EVENTS.to_string().as_bytes(), DECAY.to_string().as_bytes()],
+                &[
+                    densities.as_bytes(),
+                    DECAY_EVENTS.to_string().as_bytes(),
+                    DECAY.to_string().as_bytes(),
+                    ranks_field(&learned).as_bytes(),
+                ],
             )
             .await?;
         Ok(r.into_iter().next().map(redis::from_redis_value::<u64>).transpose()?.unwrap_or(0))

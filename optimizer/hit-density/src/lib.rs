@@ -132,6 +132,31 @@ pub fn table(hits: &[f64], evictions: &[f64]) -> Vec<f64> {
 /// trap back in.
 pub const MIN_CLASS_HITS: f64 = 1.0;
 
+/// The characters of one cell's rank in the `ranks` field `lua/evict.lua` reads (decimal,
+/// zero-padded: every rank of a table is under 10^`RANK_WIDTH`).
+pub const RANK_WIDTH: usize = 3;
+
+/// Each cell's dense rank by density: 0 for the lowest, equal densities share a rank, so that
+/// ranks compare as the densities do ([`colder`] gives the same answer on either). Eviction only
+/// compares densities; `lua/evict.lua` reads a sampled leaf's rank at a fixed offset of one
+/// string instead of parsing the whole table of numbers on every call, which was ~85 µs of a
+/// ~400 µs call (docs/benchmarks.md, "adaptive live: what it costs").
+pub fn ranks(table: &[f64]) -> Vec<usize> {
+    let mut distinct = table.to_vec();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup_by(|a, b| a.total_cmp(b).is_eq());
+    table.iter().map(|d| distinct.partition_point(|x| x.total_cmp(d).is_lt())).collect()
+}
+
+/// [`ranks`] as `lua/evict.lua` reads them: [`RANK_WIDTH`] digits per cell, cell after cell.
+pub fn ranks_field(table: &[f64]) -> String {
+    let mut out = String::with_capacity(table.len() * RANK_WIDTH);
+    for r in ranks(table) {
+        out.push_str(&format!("{r:0width$}", width = RANK_WIDTH));
+    }
+    out
+}
+
 /// Which of two candidates to evict first: the lower density, then the older last access.
 pub fn colder(a: (f64, u64), b: (f64, u64)) -> bool {
     a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
@@ -140,6 +165,31 @@ pub fn colder(a: (f64, u64), b: (f64, u64)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_order_cells_as_their_densities_do_ties_included() {
+        let table = [0.5, 0.0, 0.25, 0.5, 1e-9, 0.0, 3.0];
+        assert_eq!(ranks(&table), [3, 0, 2, 3, 1, 0, 4]);
+        assert_eq!(ranks_field(&table), "003000002003001000004");
+        // Every pair of a larger table, with many ties, compares the same either way.
+        let mut seed = 7u64;
+        let table: Vec<f64> = (0..CLASSES * BUCKETS)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 40) % 50) as f64 / 7.0
+            })
+            .collect();
+        let r = ranks(&table);
+        assert!(r.iter().all(|&x| x < 10usize.pow(RANK_WIDTH as u32)));
+        for i in 0..table.len() {
+            for j in 0..table.len() {
+                assert_eq!(colder((table[i], 1), (table[j], 2)), colder((r[i] as f64, 1), (r[j] as f64, 2)));
+            }
+        }
+        let field = ranks_field(&table);
+        assert_eq!(field.len(), table.len() * RANK_WIDTH);
+        assert_eq!(field[RANK_WIDTH * 5..RANK_WIDTH * 6].parse::<usize>().unwrap(), r[5]);
+    }
 
     #[test]
     fn buckets_are_log_scaled_and_capped() {
