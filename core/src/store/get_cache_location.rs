@@ -576,16 +576,19 @@ impl DataPlane {
     /// access, read in the same pipeline) and class (`flags`: the record's flags byte), the
     /// histograms `lua/evict.lua` ranks leaves by. A pipeline, not a script: a script call
     /// costs Valkey ~2.8 µs more per read than the two `ZADD`s (docs/benchmarks.md, "The read's
-    /// touch: a pipeline, not a script"); a hit's count is a second pipeline, after the first
-    /// answers. The count is right whether or not the block is still a leaf when the pipeline
-    /// lands; a count added after the block was unlinked is dropped when the deleter releases
-    /// the block (`drop_deleting`), and one that lands even later (or an interior touch that
-    /// lands after its block went) by the worker's touch-gc.
+    /// touch: a pipeline, not a script"). A hit's cell is known once the pipeline answers; the
+    /// hit then waits in [`PendingHits`] and goes to Valkey with the instance's other hits of
+    /// the next [`HIT_FLUSH`] (one pipeline of one `HINCRBY` per cell hit), not in a round trip
+    /// of its own. The recency bookkeeping is right whether or not the block is still a leaf
+    /// when the pipeline lands; a count added after the block was unlinked is dropped when the
+    /// deleter releases the block (`drop_deleting`), and one that lands even later (or an
+    /// interior touch that lands after its block went) by the worker's touch-gc.
     fn touch(&self, instance_id: &str, block: i64, leaf: bool, keeps: Keeps, flags: u8) {
         let keys = self.keys(instance_id);
         let mut conn = self.conn();
         let field = block_field(block);
         let now = now_ms();
+        let pending = self.pending_hits.clone();
         tokio::spawn(async move {
             let mut pipe = redis::pipe();
             let hit = leaf && keeps == Keeps::Hits;
@@ -613,20 +616,121 @@ impl DataPlane {
             if let Some(last) = last.filter(|_| hit) {
                 let age = now.saturating_sub(last as u64);
                 let cell = crate::hit_density::cell(crate::hit_density::class_of(flags), age);
-                let mut pipe = redis::pipe();
-                pipe.cmd("HINCRBY").arg(&keys.adaptive).arg(format!("h{cell}")).arg(crate::hit_density::UNIT).ignore();
-                pipe.cmd("HINCRBY").arg(&keys.adaptive).arg("events").arg(1).ignore();
-                if let Err(e) = pipe.query_async::<()>(&mut conn).await {
-                    tracing::debug!(error = %e, "adaptive hit count failed (a hint; the read succeeded)");
+                let batch = match pending.add(&keys.adaptive, cell) {
+                    Added::Pending => return,
+                    Added::Full(batch) => batch,
+                    // The instance's first hit since its last flush: this task flushes them all.
+                    Added::First => {
+                        tokio::time::sleep(HIT_FLUSH).await;
+                        match pending.take(&keys.adaptive) {
+                            Some(batch) => batch,
+                            None => return, // taken full in the meantime
+                        }
+                    }
+                };
+                if let Err(e) = batch.pipeline(&keys.adaptive).query_async::<()>(&mut conn).await {
+                    tracing::debug!(error = %e, hits = batch.events, "adaptive hit counts failed (hints; the reads succeeded)");
                 }
             }
         });
     }
 }
 
+/// How long a hit of an `adaptive` group waits for others of its instance before its count goes
+/// to Valkey: a frontend that stops loses at most this much of its hits' counts (statistics
+/// the policy learns from, not state; the worker's learning step waits for 2,048 events).
+pub(crate) const HIT_FLUSH: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Hits of one instance sent at once, sooner than [`HIT_FLUSH`]: a busy instance's batch never
+/// grows past this.
+const HITS_PER_FLUSH: u32 = 256;
+
+/// Hits of `adaptive` groups' reads, per instance (its `adaptive` hash), counted on the
+/// frontend until they go to Valkey together: one pipeline per instance per [`HIT_FLUSH`] (or per
+/// [`HITS_PER_FLUSH`] hits) instead of a second round trip per read. At most one batch per
+/// instance, each at most `CLASSES × BUCKETS` cells.
+#[derive(Debug, Default)]
+pub(crate) struct PendingHits {
+    by_instance: std::sync::Mutex<std::collections::HashMap<String, HitBatch>>,
+}
+
+/// An instance's hits waiting to be counted: per histogram cell, and in all.
+#[derive(Debug, Default)]
+pub(crate) struct HitBatch {
+    cells: std::collections::BTreeMap<usize, u32>,
+    events: u32,
+}
+
+/// What [`PendingHits::add`] did with a hit.
+#[derive(Debug)]
+pub(crate) enum Added {
+    /// The instance's first pending hit: the caller flushes the batch after [`HIT_FLUSH`].
+    First,
+    /// Added to a pending batch that someone will flush.
+    Pending,
+    /// The batch reached [`HITS_PER_FLUSH`] and is the caller's to flush now.
+    Full(HitBatch),
+}
+
+impl PendingHits {
+    pub(crate) fn add(&self, adaptive_key: &str, cell: usize) -> Added {
+        let mut all = self.by_instance.lock().unwrap_or_else(|e| e.into_inner());
+        let first = !all.contains_key(adaptive_key);
+        let batch = all.entry(adaptive_key.to_string()).or_default();
+        *batch.cells.entry(cell).or_default() += 1;
+        batch.events += 1;
+        if batch.events >= HITS_PER_FLUSH {
+            return Added::Full(all.remove(adaptive_key).unwrap_or_default());
+        }
+        if first { Added::First } else { Added::Pending }
+    }
+
+    pub(crate) fn take(&self, adaptive_key: &str) -> Option<HitBatch> {
+        self.by_instance.lock().unwrap_or_else(|e| e.into_inner()).remove(adaptive_key)
+    }
+}
+
+impl HitBatch {
+    /// The `HINCRBY`s that count the batch: each cell's hits (in thousandths,
+    /// [`crate::hit_density::UNIT`]) and the events.
+    fn pipeline(&self, adaptive_key: &str) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for (cell, hits) in &self.cells {
+            let by = i64::from(*hits) * crate::hit_density::UNIT;
+            pipe.cmd("HINCRBY").arg(adaptive_key).arg(format!("h{cell}")).arg(by).ignore();
+        }
+        pipe.cmd("HINCRBY").arg(adaptive_key).arg("events").arg(self.events).ignore();
+        pipe
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hits_wait_per_instance_and_a_full_batch_goes_at_once() {
+        let p = PendingHits::default();
+        assert!(matches!(p.add("a", 3), Added::First));
+        assert!(matches!(p.add("a", 3), Added::Pending));
+        assert!(matches!(p.add("b", 7), Added::First), "instances batch apart");
+        let a = p.take("a").unwrap();
+        assert_eq!((a.events, a.cells.get(&3).copied()), (2, Some(2)));
+        assert!(p.take("a").is_none(), "taken once");
+        assert!(matches!(p.add("a", 1), Added::First), "a new batch after a flush");
+        for _ in 1..HITS_PER_FLUSH - 1 {
+            assert!(matches!(p.add("a", 2), Added::Pending));
+        }
+        match p.add("a", 2) {
+            Added::Full(batch) => {
+                assert_eq!(batch.events, HITS_PER_FLUSH);
+                assert_eq!(batch.cells.values().sum::<u32>(), HITS_PER_FLUSH);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(p.take("a").is_none(), "the full batch left nothing behind");
+        assert_eq!(p.take("b").unwrap().events, 1);
+    }
 
     fn hits(s: &str) -> Vec<bool> {
         s.chars().map(|c| c == '1').collect()

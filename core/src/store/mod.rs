@@ -59,6 +59,9 @@ pub struct DataPlane {
     reporters_cache: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<report_event::CachedReporters>>>>,
     /// How presence reads got their reporters: from that cache, or read from Valkey.
     pub reporter_reads: Arc<report_event::ReporterReads>,
+    /// Hits of `adaptive` groups' reads not yet added to their instances' histograms
+    /// ([`get_cache_location::PendingHits`]), shared by the serving threads.
+    pending_hits: Arc<get_cache_location::PendingHits>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps (and whose reporters and reporter copies
@@ -86,6 +89,7 @@ impl DataPlane {
             reporters_seen: Default::default(),
             reporters_cache: Default::default(),
             reporter_reads: Default::default(),
+            pending_hits: Default::default(),
         }
     }
 
