@@ -1,7 +1,7 @@
 -- adaptive_decay: the `adaptive` policy's learning step (worker/src/reclaimer.rs, before an
 -- instance's eviction round). Once DECAY_EVENTS hits and evictions have been counted since the
 -- last step, the density table the worker computed from the histograms
--- (kvcm_core::hit_density::table) becomes the one lua/evict.lua ranks by, and every histogram
+-- (kvcm_core::hit_density::table) and its ranks (what lua/evict.lua compares) are stored, and every histogram
 -- cell is multiplied by DECAY (rounded to an integer) once per DECAY_EVENTS events counted, so the ranking follows a
 -- workload that changes. optimizer/src/policy/adaptive.rs does the same every DECAY_EVENTS
 -- events; live, a step waits for the next round.

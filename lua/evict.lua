@@ -8,7 +8,7 @@
 -- KEYS[8] evict_last  string: the last call's id and reply, kept a minute, so that a call the
 --         client resends after its reply was lost answers the same instead of evicting again
 -- KEYS[9] icount  hash block -> LFU read count: an evicted leaf's passes to its parent
--- KEYS[10] adaptive  hash: the `adaptive` policy's histograms and table (core/src/keys.rs)
+-- KEYS[10] adaptive  hash: the `adaptive` policy's histograms and ranks (core/src/keys.rs)
 -- KEYS[11] ighost    zset: evicted shared blocks -> their eviction's number
 -- ARGV[1] bytes per spec group, comma separated, index 0 = every spec
 -- ARGV[2] index: "lru" (least recent first), "lfu" (least frequent first) or "adaptive" (the
@@ -117,11 +117,20 @@ if ARGV[2] == 'adaptive' then
   -- GHOST_DIVISOR.
   local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR, RANK_WIDTH = 128, 32, 1000, 10, 3
   -- Each cell's rank by density (kvcm_core::hit_density::ranks), read per sampled leaf at its
-  -- offset: parsing the whole table of densities cost ~125 µs per call. None learned yet: every
-  -- leaf ranks 0, and the least recent of the samples goes.
-  local ranks = redis.call('HGET', KEYS[10], 'ranks') or ''
-  local function rank(cell)
-    return tonumber(ranks:sub(cell * RANK_WIDTH + 1, (cell + 1) * RANK_WIDTH)) or 0
+  -- offset: parsing the whole table of densities cost ~85 µs per call. An instance whose table
+  -- was learned by an older kvcm (a `table`, no `ranks` yet) is ranked by parsing the table until
+  -- its next learning step. None learned yet: every leaf ranks 0, and the least recent of the
+  -- samples goes.
+  local ranks = redis.call('HGET', KEYS[10], 'ranks')
+  local rank
+  if ranks then
+    rank = function(cell) return tonumber(ranks:sub(cell * RANK_WIDTH + 1, (cell + 1) * RANK_WIDTH)) or 0 end
+  else
+    local densities = {}
+    for v in string.gmatch(redis.call('HGET', KEYS[10], 'table') or '', '[^,]+') do
+      densities[#densities + 1] = tonumber(v)
+    end
+    rank = function(cell) return densities[cell + 1] or 0 end
   end
   local now = now_ms()
   local function class(rec)

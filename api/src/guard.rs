@@ -126,8 +126,7 @@ mod tests {
         panic!("a bug")
     }
 
-    fn guarded_router(deadline: Duration, permits: usize) -> (Router, Arc<Metrics>) {
-        let metrics = Metrics::new(false, 10);
+    fn guarded_router(metrics: &Arc<Metrics>, deadline: Duration, permits: usize) -> Router {
         let guard = Arc::new(Guard {
             plane: "meta",
             metrics: metrics.clone(),
@@ -136,39 +135,46 @@ mod tests {
             max_body: 4096,
             faults: kvcm_core::faults::global(),
         });
-        let router = Router::new()
+        Router::new()
             .route("/api/ok", post(|| async { "fine" }))
             .route("/api/panics", post(panics))
             .route("/api/slow", post(|| async { tokio::time::sleep(Duration::from_secs(5)).await }))
-            .layer(axum::middleware::from_fn(move |req, next| run(guard.clone(), req, next)));
-        (router, metrics)
+            .route("/api/short", post(|| async { "never run" }))
+            .layer(axum::middleware::from_fn(move |req, next| run(guard.clone(), req, next)))
     }
 
-    async fn call(router: &Router, path: &str, body: &'static str) -> (u16, String) {
-        let req = axum::http::Request::post(path).body(Body::from(body)).unwrap();
+    async fn call(router: &Router, path: &str) -> (u16, Option<String>, String) {
+        let req = axum::http::Request::post(path).body(Body::from("{}")).unwrap();
         let resp = router.clone().oneshot(req).await.unwrap();
         let status = resp.status().as_u16();
+        let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
+        (status, retry, String::from_utf8_lossy(&bytes).into_owned())
     }
 
     #[tokio::test]
     async fn a_panic_a_late_handler_and_a_spent_budget_get_their_replies_and_are_all_counted() {
-        let (router, metrics) = guarded_router(Duration::from_millis(50), 4);
-        assert_eq!(call(&router, "/api/ok", "{}").await, (200, "fine".into()));
-        let (status, body) = call(&router, "/api/panics", "{}").await;
+        let metrics = Metrics::new(false, 10);
+        let router = guarded_router(&metrics, Duration::from_millis(50), 4);
+        assert_eq!(call(&router, "/api/ok").await, (200, None, "fine".into()));
+        let (status, _, body) = call(&router, "/api/panics").await;
         assert_eq!(status, 500, "{body}");
         assert!(body.contains(r#""code":"INTERNAL_ERROR""#), "{body}");
-        let (status, body) = call(&router, "/api/slow", "{}").await;
+        let (status, _, body) = call(&router, "/api/slow").await;
         assert_eq!(status, 408, "{body}");
+        assert!(body.contains(r#""code":"SERVICE_NOT_READY""#), "{body}");
         // No content-length: the request would hold `max_body` (4 KiB), with only 3 KiB in the
         // budget, so it waits its second and is refused.
-        let (router_short, _) = guarded_router(Duration::from_secs(5), 3);
-        let (status, body) = call(&router_short, "/api/ok", "{}").await;
-        assert_eq!(status, 503, "{body}");
+        let short = guarded_router(&metrics, Duration::from_secs(5), 3);
+        let (status, retry, body) = call(&short, "/api/short").await;
+        assert_eq!((status, retry.as_deref()), (503, Some("1")), "{body}");
+        assert!(body.contains(r#""code":"SERVICE_NOT_READY""#), "{body}");
         let text = metrics.render();
-        for route in ["/api/ok", "/api/panics", "/api/slow"] {
-            assert!(text.contains(&format!(r#"route="{route}""#)), "{route} not counted:\n{text}");
+        for route in ["/api/ok", "/api/panics", "/api/slow", "/api/short"] {
+            let counted = text
+                .lines()
+                .any(|l| l.starts_with("kvcm_http_requests_total{") && l.contains(&format!(r#"route="{route}""#)));
+            assert!(counted, "{route} not counted:\n{text}");
         }
     }
 }

@@ -2,8 +2,8 @@
 //! `MetricsData` by the `getMetrics` RPC.
 //!
 //! Per-route request counters (labelled by plane, route template and wire status code) and
-//! latency histograms (by plane and route template) are recorded by [`track`], a middleware on
-//! both routers. Route templates come from axum's `MatchedPath`, so label cardinality is bounded
+//! latency histograms (by plane and route template) are recorded by [`Metrics::request`], which
+//! the request layer of both routers calls ([`crate::guard`]). Route templates come from axum's `MatchedPath`, so label cardinality is bounded
 //! by the routes we declare; unmatched paths count as `unmatched`.
 //!
 //! Per-instance series are bounded too: only registered instances are ever labelled (handlers

@@ -149,7 +149,8 @@ pub struct InstanceKeys {
     /// Hash, in groups that reclaim by `adaptive` (`lua/evict.lua`): `h<cell>` / `e<cell>` →
     /// hits / evictions counted at that class and age bucket (`hit_density::cell`; integers in
     /// thousandths of an event, decayed); `events` → events since the last decay; `gseq` → evicted shared blocks so far; `peak` →
-    /// the most serving blocks seen; `table` → the density table the evictions rank by.
+    /// the most serving blocks seen; `table` → the density table (for people); `ranks` → its
+    /// cells' ranks by density, what the evictions compare (`hit_density::ranks_field`).
     pub adaptive: String,
     /// Zset, in groups that reclaim by `adaptive`: evicted shared block → its eviction's number
     /// in `gseq`; the latest tenth of the peak serving count (`lua/evict.lua`).

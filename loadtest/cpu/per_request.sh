@@ -14,6 +14,7 @@ set -euo pipefail
 old=$1 new=$2 rounds=${3:-6}
 requests=${REQUESTS:-40000} concurrency=${CONCURRENCY:-32} base=${PORT_BASE:-18000}
 command -v ab >/dev/null || { echo "needs ab (apt-get install apache2-utils)" >&2; exit 1; }
+if [ -n "${PROFILE:-}" ]; then command -v perf >/dev/null || { echo "PROFILE needs perf (apt-get install linux-perf)" >&2; exit 1; }; fi
 work=$(mktemp -d)
 export KVCM_VALKEY_URL=${VALKEY:-redis://127.0.0.1:7661} KVCM_NAMESPACE="cpu$$" KVCM_GRPC=false KVCM_LOG_LEVEL=warn
 KVCM_META_PORT=$((base + 1)) KVCM_ADMIN_PORT=$((base + 2)) "$old" >"$work/old.out" 2>"$work/old.err" &
@@ -53,7 +54,7 @@ for round in $(seq "$rounds"); do
     ab -q -k -c "$concurrency" -n "$requests" -p "$work/body" -T application/json \
       "http://127.0.0.1:$port/api/getCacheLocation" >"$work/ab.out" 2>&1
     after=$(cpu $pid)
-    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" || true; fi
     failed=$(awk '/Failed requests/ {print $3}' "$work/ab.out")
     rate=$(awk '/Requests per second/ {print $4}' "$work/ab.out")
     us=$(python3 -c "print(round(($after - $before) * 1e6 / $ticks / $requests, 2))")

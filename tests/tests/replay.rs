@@ -71,18 +71,22 @@ fn shared_trace() -> std::path::PathBuf {
     repo_root().join("tests/data/traces/mooncake_synthetic_trace.jsonl")
 }
 
+/// This binary's tests one at a time: each holds the guard for its whole run. Two at once on 2
+/// cores (the harness runs as many as there are cores) lag their replays' traces (debug builds,
+/// 16 engines at 40× each): more blocks read while still being written, and reclaim rounds late,
+/// which moved live LFU and adaptive 3–6 points under their predictions (a CI run: adaptive 47.2%
+/// against a floor of 48.9%); one replay at a time, adaptive landed 51.2–53.0% and LFU
+/// 52.2–52.3% (floors 48.9, 49.5). It costs ~35–50 s of `make test`.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `kvcm-replay --setup` of the first `requests` of `trace` against a fresh kvcm-api and
 /// kvcm-worker (reclaim rounds every 50 ms: at this speed-up ~3,000 blocks arrive per second,
 /// and what arrives between two rounds is capacity the optimizer does not have,
 /// docs/replay.md), with back-pressure; returns the JSON report, checked for completeness.
 fn replay(trace: &std::path::Path, slice: &Trace, capacity: usize, policy: &str, extra: &[&str]) -> Value {
-    // One replay at a time. Three at once on 2 cores lag their traces (debug builds, 16 engines at
-    // 40× each): more blocks read while still being written, and reclaim rounds late, which moved
-    // live LFU and adaptive 3–6 points under their predictions (a CI run: adaptive 47.2% against a
-    // floor of 48.9%); one at a time, adaptive landed 52.3–53.0% and LFU 52.2–52.3% (floors 48.9,
-    // 49.5). It costs ~35–50 s of `make test`.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let api = Api::start();
     let worker = WorkerProc::start(&api.namespace, &[("KVCM_WORKER__RECLAIM_INTERVAL_MS", "50")]);
     let root = repo_root().join(".kvcm/test-data").join(unique("replay"));
@@ -120,6 +124,7 @@ fn replay(trace: &std::path::Path, slice: &Trace, capacity: usize, policy: &str,
 
 #[test]
 fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
+    let _turn = one_at_a_time();
     let trace_path = shared_trace();
     let full = Trace::read(&trace_path, TraceFormat::Mooncake).unwrap();
     let slice = Trace::from_requests(
@@ -156,6 +161,7 @@ fn replayed_hit_rate_agrees_with_the_optimizers_leaf_lru_prediction() {
 /// tests/tests/worker.rs and scripts_state.rs; this one bounds what they buy end to end.
 #[test]
 fn replayed_lfu_agrees_with_the_optimizers_leaf_lfu_prediction() {
+    let _turn = one_at_a_time();
     let (_, trace_path, slice, capacity) = chat_slice("replay-chat");
     let predict =
         |kind, capacity| kvcm_optimizer::simulate(&slice, kind, capacity, &PolicyParams::default(), None).hit_rate();
@@ -204,6 +210,7 @@ const ADAPTIVE_UNDER: f64 = 0.04;
 /// by more than [`ADAPTIVE_UNDER`] (nor OPT at 1.3 × `C`, the bound of any policy there).
 #[test]
 fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
+    let _turn = one_at_a_time();
     let (_, trace_path, slice, capacity) = chat_slice("replay-adaptive");
     let predict = |kind, capacity, seed| {
         let params = PolicyParams { seed, ..PolicyParams::default() };
@@ -248,7 +255,10 @@ fn replayed_adaptive_agrees_with_the_optimizers_adaptive_and_beats_lru() {
 /// later blocks serve below a hole for a while; in lockstep that happens at once after each
 /// eviction (it cost 0.76 points here), in a real fleet rarely (docs/optimizer.md).
 #[tokio::test]
+// The guard keeps the other tests' threads out; this test's runtime is its own.
+#[allow(clippy::await_holding_lock, reason = "a turn among the binary's test threads")]
 async fn live_lfu_in_lockstep_serves_what_leaf_lfu_predicts() {
+    let _turn = one_at_a_time();
     let (requests, _, slice, capacity) = chat_slice("lockstep");
     let capacity = capacity as i64;
     let predict =

@@ -1041,6 +1041,17 @@ async fn adaptive_classes_blocks_by_their_writes_their_children_and_the_ghost() 
 /// it first.
 #[tokio::test]
 async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() {
+    keeps_a_hot_shared_prefix(true).await;
+}
+
+/// The same, for an instance whose table an older kvcm learned (a `table`, no `ranks`): the evict
+/// script ranks by parsing the table until the next learning step writes the ranks.
+#[tokio::test]
+async fn adaptive_ranks_by_a_table_without_ranks_as_an_older_kvcm_left_it() {
+    keeps_a_hot_shared_prefix(false).await;
+}
+
+async fn keeps_a_hot_shared_prefix(with_ranks: bool) {
     use kvcm_core::hit_density::{BUCKETS, DECAY_EVENTS, UNIT, bucket};
     let fx = Fixture::new(&[("tp0", 10)], 1, adaptive_group()).await;
     let data = data_plane(&fx.api.namespace, valkey().await);
@@ -1093,6 +1104,9 @@ async fn adaptive_keeps_a_hot_shared_prefix_and_evicts_one_off_suffixes_first() 
     assert_eq!(learned["events"].parse::<f64>().unwrap(), 500.0);
     assert_eq!(learned[&cells[0].0], (90 * UNIT).to_string(), "decayed by 0.9");
     assert_eq!(data.adaptive_learn(&fx.instance).await.unwrap(), 0, "not due again");
+    if !with_ranks {
+        let _: () = redis::cmd("HDEL").arg(&hist).arg("ranks").query_async(&mut c).await.unwrap();
+    }
     // 20 blocks go: the conversations' suffixes (5, 6) and the three one-off chains. The
     // prompt, a shared leaf once 5 and 6 went, is the least recently used leaf throughout.
     let evicted = evict_adaptive(&data, &fx.instance, 20).await;

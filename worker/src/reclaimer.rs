@@ -227,8 +227,8 @@ async fn evict_instance(
         let passes: Vec<(EvictIndex, Option<u64>)> = match policy {
             ReclaimPolicy::POLICY_LFU => vec![(EvictIndex::Lfu, None)],
             ReclaimPolicy::POLICY_ADAPTIVE => {
-                // The table evictions rank by follows what was counted since the last round. A
-                // step that fails is retried next round; evictions go on with the stored table.
+                // The ranks evictions compare follow what was counted since the last round. A
+                // step that fails is retried next round; evictions go on with the stored ranks.
                 if let Err(e) = w.data.adaptive_learn(instance).await {
                     tracing::warn!(%instance, error = %e, "adaptive learning step failed");
                 }

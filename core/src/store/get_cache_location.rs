@@ -676,7 +676,10 @@ impl PendingHits {
     pub(crate) fn add(&self, adaptive_key: &str, cell: usize) -> Added {
         let mut all = self.by_instance.lock().unwrap_or_else(|e| e.into_inner());
         let first = !all.contains_key(adaptive_key);
-        let batch = all.entry(adaptive_key.to_string()).or_default();
+        if first {
+            all.insert(adaptive_key.to_string(), HitBatch::default());
+        }
+        let Some(batch) = all.get_mut(adaptive_key) else { return Added::Pending };
         *batch.cells.entry(cell).or_default() += 1;
         batch.events += 1;
         if batch.events >= HITS_PER_FLUSH {
@@ -730,6 +733,19 @@ mod tests {
         }
         assert!(p.take("a").is_none(), "the full batch left nothing behind");
         assert_eq!(p.take("b").unwrap().events, 1);
+    }
+
+    #[test]
+    fn a_batch_counts_each_cells_hits_in_thousandths_and_the_events() {
+        let p = PendingHits::default();
+        for cell in [3, 3, 130] {
+            p.add("k", cell);
+        }
+        let packed = String::from_utf8(p.take("k").unwrap().pipeline("k").get_packed_pipeline()).unwrap();
+        let hincrby = |field: &str, by: &str| {
+            format!("*4\r\n$7\r\nHINCRBY\r\n$1\r\nk\r\n${}\r\n{field}\r\n${}\r\n{by}\r\n", field.len(), by.len())
+        };
+        assert_eq!(packed, [hincrby("h3", "2000"), hincrby("h130", "1000"), hincrby("events", "3")].concat());
     }
 
     fn hits(s: &str) -> Vec<bool> {

@@ -168,7 +168,8 @@ impl DataPlane {
 
     /// The `adaptive` policy's learning step for one instance, before its evictions: once
     /// [`crate::hit_density::DECAY_EVENTS`] hits and evictions were counted since the last step, the
-    /// density table computed from the histograms becomes the one evictions rank by, and the
+    /// density table computed from the histograms is stored with its ranks (what evictions
+    /// compare, [`crate::hit_density::ranks_field`]), and the
     /// histograms decay (`lua/adaptive_decay.lua`). Returns the decays applied (0: not due, or
     /// another worker took the step).
     pub async fn adaptive_learn(&self, instance_id: &str) -> Result<u64> {
