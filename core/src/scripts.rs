@@ -201,6 +201,7 @@ scripts! {
     REPORT_EVENT => "report_event.lua",
     PRUNE_ENGINE => "prune_engine.lua",
     PRUNE_TOUCH => "prune_touch.lua",
+    DROP_ORPHAN_ADAPTIVE => "drop_orphan_adaptive.lua",
     ADAPTIVE_DECAY => "adaptive_decay.lua",
     REAP_REPORTERS => "reap_reporters.lua",
 }

@@ -538,6 +538,7 @@ async fn arguments_kvcm_got_wrong_are_error_replies_never_a_status() {
             "bad DECAY_EVENTS",
         ),
         (&scripts::ADAPTIVE_DECAY, 1, vec![b"0,1".to_vec(), b"2048".to_vec(), b"0.9".to_vec(), ranks], "384 densities"),
+        (&scripts::DROP_ORPHAN_ADAPTIVE, 3, vec![b"x".to_vec()], "expected 3 keys"),
         (
             &scripts::ADAPTIVE_DECAY,
             1,

@@ -914,8 +914,8 @@ async fn a_stragglers_files_on_a_removed_storage_are_still_deleted() {
 /// A read's touch lands after its read, so it can re-create an interior touch (`itouch`) or a
 /// read count (`icount`) for a block that was evicted, trimmed or removed meanwhile; nothing but
 /// the worker's collection removes those (worker/src/touch_gc.rs). It drops them, including an
-/// instance removed from the registry with only such keys left, and keeps every serving
-/// block's entries.
+/// instance removed from the registry with only such keys left (or only a late batch of
+/// `adaptive` hits), and keeps every serving block's entries.
 #[tokio::test]
 async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
     let fx = Fixture::new(&[("tp0", 10)], 1, lfu_group()).await;
@@ -944,16 +944,30 @@ async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
     let (gone_touch, gone_count) = (instance_key(&ns, &gone, "itouch"), instance_key(&ns, &gone, "icount"));
     let _: () = redis::cmd("ZADD").arg(&gone_touch).arg(5).arg(stale(4)).query_async(&mut c).await.unwrap();
     let _: () = redis::cmd("HINCRBY").arg(&gone_count).arg(stale(4)).arg(2).query_async(&mut c).await.unwrap();
+    // And another, of whose `adaptive` policy a late batch of hits is all that is left.
+    let gone_adaptive = instance_key(&ns, &format!("gone-adaptive-{}", fx.instance), "adaptive");
+    let _: () = redis::cmd("HINCRBY").arg(&gone_adaptive).arg("h3").arg(1000).query_async(&mut c).await.unwrap();
+    // A registered instance's own state stays (it has blocks).
+    let live_adaptive = instance_key(&ns, &fx.instance, "adaptive");
+    let _: () = redis::cmd("HINCRBY").arg(&live_adaptive).arg("h3").arg(1000).query_async(&mut c).await.unwrap();
 
     let w = WorkerProc::start(&ns, &[]);
     wait_until("the stale entries are collected", 10, || async {
         let mut c = valkey().await;
         let touched: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
         let counted = read_counts(&ns, &fx.instance).await;
-        let orphans: i64 = redis::cmd("EXISTS").arg(&gone_touch).arg(&gone_count).query_async(&mut c).await.unwrap();
+        let orphans: i64 = redis::cmd("EXISTS")
+            .arg(&gone_touch)
+            .arg(&gone_count)
+            .arg(&gone_adaptive)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         touched.len() == 1 && counted.len() == 2 && orphans == 0
     })
     .await;
+    let kept: i64 = redis::cmd("EXISTS").arg(&live_adaptive).query_async(&mut c).await.unwrap();
+    assert_eq!(kept, 1, "a registered instance's adaptive state was dropped");
     let touched: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
     assert_eq!(touched, [stale(2)], "the serving interior block keeps its touch");
     let counted = read_counts(&ns, &fx.instance).await;

@@ -6,7 +6,9 @@
 //! each step checks the next batch of every instance's entries from where the last step stopped,
 //! and a complete pass over an instance waits `worker.touch_gc_pause_ms` (an hour by default)
 //! before the next. Instances with such keys but none that discovery looks for (removed from the
-//! registry, their deletions done) are found by a scan of their own, as often. Any number of
+//! registry, their deletions done) are found by a scan of their own, as often; there, the
+//! `adaptive` policy's state that a late batch of hits re-created goes too, once no block is left
+//! (`lua/drop_orphan_adaptive.lua`). Any number of
 //! workers may run it at once (the script is idempotent); each repeats the others' passes, which
 //! the long pause keeps cheap.
 
@@ -25,7 +27,7 @@ const RETRY: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 pub struct State {
     cursors: HashMap<String, (TouchCursor, Instant)>,
-    /// Every instance with an `itouch` or `icount` key, as of the last scan.
+    /// Every instance with an `itouch`, `icount` or `adaptive` key, as of the last scan.
     with_keys: Vec<String>,
     scanned: Option<Instant>,
 }
@@ -44,7 +46,7 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             &mut conn,
             &w.valkey,
             &w.config.namespace,
-            &["itouch", "icount"],
+            &["itouch", "icount", "adaptive"],
             &mut found,
         )
         .await;
@@ -57,7 +59,9 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
         }
     }
     let mut instances: BTreeSet<String> = crate::discovery::instances(w).into_iter().collect();
-    instances.extend(w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).with_keys.iter().cloned());
+    let found = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).with_keys.clone();
+    let removed: BTreeSet<String> = found.iter().filter(|i| !instances.contains(*i)).cloned().collect();
+    instances.extend(found);
     // Progress of instances no longer found goes (the map stays as large as the instance list).
     w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.retain(|i, _| instances.contains(i));
     // One instance's failure (its node unreachable) must not stop the others' collection.
@@ -69,6 +73,12 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             Some((c, _)) if !c.done() => c,
             _ => TouchCursor::START,
         };
+        // A removed instance's `adaptive` state, re-created by a late batch of hits.
+        if cursor == TouchCursor::START && removed.contains(&instance) {
+            if let Err(e) = w.data.drop_orphan_adaptive(&instance).await {
+                tracing::warn!(%instance, error = %e, "dropping a removed instance's adaptive state failed");
+            }
+        }
         let pruned = match w.data.prune_touches(&instance, cursor, BATCH).await {
             Ok(p) => p,
             Err(e) => {
