@@ -74,10 +74,11 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
             _ => TouchCursor::START,
         };
         // A removed instance's `adaptive` state, re-created by a late batch of hits.
-        if cursor == TouchCursor::START && removed.contains(&instance) {
-            if let Err(e) = w.data.drop_orphan_adaptive(&instance).await {
-                tracing::warn!(%instance, error = %e, "dropping a removed instance's adaptive state failed");
-            }
+        if cursor == TouchCursor::START
+            && removed.contains(&instance)
+            && let Err(e) = w.data.drop_orphan_adaptive(&instance).await
+        {
+            tracing::warn!(%instance, error = %e, "dropping a removed instance's adaptive state failed");
         }
         let pruned = match w.data.prune_touches(&instance, cursor, BATCH).await {
             Ok(p) => p,
