@@ -117,7 +117,7 @@ if ARGV[2] == 'adaptive' then
   -- GHOST_DIVISOR.
   local BUCKETS, SAMPLES, UNIT, GHOST_DIVISOR, RANK_WIDTH = 128, 32, 1000, 10, 3
   -- Each cell's rank by density (kvcm_core::hit_density::ranks), read per sampled leaf at its
-  -- offset: parsing the whole table of densities cost ~85 µs per call. An instance whose table
+  -- offset: parsing the whole table of densities cost ~70–85 µs per call. An instance whose table
   -- was learned by an older kvcm (a `table`, no `ranks` yet) is ranked by parsing the table until
   -- its next learning step. None learned yet: every leaf ranks 0, and the least recent of the
   -- samples goes.

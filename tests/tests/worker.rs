@@ -944,12 +944,23 @@ async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
     let (gone_touch, gone_count) = (instance_key(&ns, &gone, "itouch"), instance_key(&ns, &gone, "icount"));
     let _: () = redis::cmd("ZADD").arg(&gone_touch).arg(5).arg(stale(4)).query_async(&mut c).await.unwrap();
     let _: () = redis::cmd("HINCRBY").arg(&gone_count).arg(stale(4)).arg(2).query_async(&mut c).await.unwrap();
-    // And another, of whose `adaptive` policy a late batch of hits is all that is left.
-    let gone_adaptive = instance_key(&ns, &format!("gone-adaptive-{}", fx.instance), "adaptive");
+    // And another, of whose `adaptive` policy a late batch of hits is all that is left beside
+    // the emptied deletion stream every removal leaves (so discovery still lists it).
+    let gone_adaptive_id = format!("gone-adaptive-{}", fx.instance);
+    let gone_adaptive = instance_key(&ns, &gone_adaptive_id, "adaptive");
     let _: () = redis::cmd("HINCRBY").arg(&gone_adaptive).arg("h3").arg(1000).query_async(&mut c).await.unwrap();
-    // A registered instance's own state stays (it has blocks).
+    let gone_del = instance_key(&ns, &gone_adaptive_id, "del");
+    let id: String = redis::cmd("XADD").arg(&gone_del).arg("*").arg("k").arg("v").query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("XDEL").arg(&gone_del).arg(&id).query_async(&mut c).await.unwrap();
+    // Registered instances keep theirs: one with blocks, and one with none (all removed).
     let live_adaptive = instance_key(&ns, &fx.instance, "adaptive");
     let _: () = redis::cmd("HINCRBY").arg(&live_adaptive).arg("h3").arg(1000).query_async(&mut c).await.unwrap();
+    let empty = format!("empty-{}", fx.instance);
+    let reg = json!({"instance_group": "g", "instance_id": empty, "block_size": 4,
+        "location_spec_infos": [{"name": "tp0", "size": 10}], "model_deployment": {"model_name": "m", "dtype": "bf16"}});
+    assert_ok(&fx.api.meta("registerInstance", reg).await);
+    let empty_adaptive = instance_key(&ns, &empty, "adaptive");
+    let _: () = redis::cmd("HINCRBY").arg(&empty_adaptive).arg("h3").arg(1000).query_async(&mut c).await.unwrap();
 
     let w = WorkerProc::start(&ns, &[]);
     wait_until("the stale entries are collected", 10, || async {
@@ -966,8 +977,8 @@ async fn read_bookkeeping_left_behind_by_late_touches_is_collected() {
         touched.len() == 1 && counted.len() == 2 && orphans == 0
     })
     .await;
-    let kept: i64 = redis::cmd("EXISTS").arg(&live_adaptive).query_async(&mut c).await.unwrap();
-    assert_eq!(kept, 1, "a registered instance's adaptive state was dropped");
+    let kept: i64 = redis::cmd("EXISTS").arg(&live_adaptive).arg(&empty_adaptive).query_async(&mut c).await.unwrap();
+    assert_eq!(kept, 2, "a registered instance's adaptive state was dropped");
     let touched: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&itouch).arg(0).arg(-1).query_async(&mut c).await.unwrap();
     assert_eq!(touched, [stale(2)], "the serving interior block keeps its touch");
     let counted = read_counts(&ns, &fx.instance).await;

@@ -6,9 +6,9 @@
 //! each step checks the next batch of every instance's entries from where the last step stopped,
 //! and a complete pass over an instance waits `worker.touch_gc_pause_ms` (an hour by default)
 //! before the next. Instances with such keys but none that discovery looks for (removed from the
-//! registry, their deletions done) are found by a scan of their own, as often; there, the
-//! `adaptive` policy's state that a late batch of hits re-created goes too, once no block is left
-//! (`lua/drop_orphan_adaptive.lua`). Any number of
+//! registry, their deletions done) are found by a scan of their own, as often. An instance the
+//! scan finds that is not in the registry also loses the `adaptive` policy's state that a late
+//! batch of hits re-created, once no block of it is left (`lua/drop_orphan_adaptive.lua`). Any number of
 //! workers may run it at once (the script is idempotent); each repeats the others' passes, which
 //! the long pause keeps cheap.
 
@@ -60,7 +60,10 @@ pub async fn run_once(w: &Worker) -> anyhow::Result<()> {
     }
     let mut instances: BTreeSet<String> = crate::discovery::instances(w).into_iter().collect();
     let found = w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).with_keys.clone();
-    let removed: BTreeSet<String> = found.iter().filter(|i| !instances.contains(*i)).cloned().collect();
+    // Removed: not in the registry, which the worker loaded before any job ran. (Discovery also
+    // lists every instance that ever had a deletion: its emptied stream stays.)
+    let registered = w.registry.snapshot();
+    let removed: BTreeSet<String> = found.iter().filter(|i| !registered.instances.contains_key(*i)).cloned().collect();
     instances.extend(found);
     // Progress of instances no longer found goes (the map stays as large as the instance list).
     w.touch_gc.lock().unwrap_or_else(|e| e.into_inner()).cursors.retain(|i, _| instances.contains(i));

@@ -676,10 +676,11 @@ impl PendingHits {
     pub(crate) fn add(&self, adaptive_key: &str, cell: usize) -> Added {
         let mut all = self.by_instance.lock().unwrap_or_else(|e| e.into_inner());
         let first = !all.contains_key(adaptive_key);
-        if first {
-            all.insert(adaptive_key.to_string(), HitBatch::default());
-        }
-        let Some(batch) = all.get_mut(adaptive_key) else { return Added::Pending };
+        // The key is copied only for an instance's first pending hit.
+        let batch = match all.get_mut(adaptive_key) {
+            Some(batch) => batch,
+            None => all.entry(adaptive_key.to_string()).or_default(),
+        };
         *batch.cells.entry(cell).or_default() += 1;
         batch.events += 1;
         if batch.events >= HITS_PER_FLUSH {

@@ -311,20 +311,20 @@ pub struct TouchesPruned {
 }
 
 impl DataPlane {
-    /// One step of the worker's collection of read bookkeeping whose block no longer serves
-    /// (`lua/prune_touch.lua`): the next ~`count` entries of the instance's `itouch` and of its
-    /// `icount` from `cursor`, checked against their records and dropped atomically. A read's
-    /// touch that lands after its block was unlinked re-creates such an entry; nothing else
-    /// removes it (docs/data-plane.md).
     /// Drops the `adaptive` state (`adaptive`, `ighost`) of an instance with no block left, which
     /// a late batch of hits re-created after its removal (`lua/drop_orphan_adaptive.lua`).
     /// Returns the keys deleted.
     pub async fn drop_orphan_adaptive(&self, instance_id: &str) -> Result<u64> {
         let keys = self.keys(instance_id);
         let r = self.run(&scripts::DROP_ORPHAN_ADAPTIVE, &[&keys.blocks, &keys.adaptive, &keys.ighost], &[]).await?;
-        Ok(r.into_iter().nth(1).map(redis::from_redis_value::<u64>).transpose()?.unwrap_or(0))
+        Ok(r.into_iter().next().map(redis::from_redis_value::<u64>).transpose()?.unwrap_or(0))
     }
 
+    /// One step of the worker's collection of read bookkeeping whose block no longer serves
+    /// (`lua/prune_touch.lua`): the next ~`count` entries of the instance's `itouch` and of its
+    /// `icount` from `cursor`, checked against their records and dropped atomically. A read's
+    /// touch that lands after its block was unlinked re-creates such an entry; nothing else
+    /// removes it (docs/data-plane.md).
     pub async fn prune_touches(&self, instance_id: &str, cursor: TouchCursor, count: usize) -> Result<TouchesPruned> {
         let keys = self.keys(instance_id);
         let count = count.clamp(1, 512);

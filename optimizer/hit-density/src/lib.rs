@@ -135,7 +135,7 @@ pub const MIN_CLASS_HITS: f64 = 1.0;
 /// The characters of one cell's rank in the `ranks` field `lua/evict.lua` reads (decimal,
 /// zero-padded: every rank of a table is under 10^`RANK_WIDTH`).
 pub const RANK_WIDTH: usize = 3;
-const _: () = assert!(CLASSES * BUCKETS <= 1000, "a rank must fit RANK_WIDTH digits");
+const _: () = assert!(CLASSES * BUCKETS <= 10usize.pow(RANK_WIDTH as u32), "a rank must fit RANK_WIDTH digits");
 
 /// Each cell's dense rank by density: 0 for the lowest, equal densities share a rank, so that
 /// ranks compare as the densities do ([`colder`] gives the same answer on either). Eviction only
