@@ -3,8 +3,8 @@
 //! and the request deadline.
 //!
 //! One layer, not five: each `from_fn` layer boxes a service and a future per request, and the
-//! five these steps were took ~10% of a 128-block read's server CPU (docs/benchmarks.md, "One
-//! layer for the request path").
+//! five layers these steps used to be took ~10% of a 128-block read's server CPU
+//! (docs/benchmarks.md, "One layer for the request path").
 
 use crate::metrics::Metrics;
 use crate::reply::error_response;

@@ -675,11 +675,10 @@ pub(crate) enum Added {
 impl PendingHits {
     pub(crate) fn add(&self, adaptive_key: &str, cell: usize) -> Added {
         let mut all = self.by_instance.lock().unwrap_or_else(|e| e.into_inner());
-        let first = !all.contains_key(adaptive_key);
         // The key is copied only for an instance's first pending hit.
-        let batch = match all.get_mut(adaptive_key) {
-            Some(batch) => batch,
-            None => all.entry(adaptive_key.to_string()).or_default(),
+        let (batch, first) = match all.get_mut(adaptive_key) {
+            Some(batch) => (batch, false),
+            None => (all.entry(adaptive_key.to_string()).or_default(), true),
         };
         *batch.cells.entry(cell).or_default() += 1;
         batch.events += 1;
