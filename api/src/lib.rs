@@ -194,6 +194,9 @@ pub fn app_state(
         .registry
         .register(Box::new(metrics::ScrapedCounters::reporter_reads(data.reporter_reads.clone())))
         .context("registering engine reporter metrics")?;
+    for family in metrics::ScrapedCounters::read_hints(data.read_hints.clone()) {
+        metrics.registry.register(Box::new(family)).context("registering read-hint metrics")?;
+    }
     let inflight_kib = config.max_inflight_body_bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
     let health = Arc::new(health::Health::new(
         Duration::from_millis(config.health_check_interval_ms),
@@ -387,7 +390,8 @@ impl Server {
 
     /// Serves both planes, refreshes the registry and checks Valkey's health until `shutdown`
     /// completes; then stops accepting, lets in-flight requests finish (for at most
-    /// `request_timeout_ms`, the most any request may take) and returns.
+    /// `request_timeout_ms`, the most any request may take), sends the `adaptive` hit counts
+    /// still pending ([`kvcm_core::store::DataPlane::flush_pending_hits`]) and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (meta_router, admin_router) = (self.meta_router(), self.admin_router());
         let config = self.state.config.clone();
@@ -441,6 +445,14 @@ impl Server {
         let _ = tx.send(true);
         meta.await?;
         self.serving.stop(limits.drain_timeout + Duration::from_secs(1)).await;
+        // Hit counts of answered reads that were waiting for their batch (HIT_FLUSH): sent now,
+        // not lost with the serving threads' timers.
+        let valkey = Duration::from_millis(config.valkey_timeout_ms);
+        match tokio::time::timeout(valkey, self.state.data.flush_pending_hits()).await {
+            Ok(0) => {}
+            Ok(hits) => tracing::info!(hits, "sent the adaptive hit counts still pending"),
+            Err(_) => tracing::warn!("pending adaptive hit counts not sent within valkey_timeout_ms"),
+        }
         admin.await?;
         // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
         // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.

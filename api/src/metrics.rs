@@ -352,6 +352,40 @@ impl ScrapedCounters {
     }
 }
 
+impl ScrapedCounters {
+    /// How this frontend's read hints fared, two families: recency updates and batches of
+    /// `adaptive` hit counts that failed (`kvcm_read_hint_failures_total{hint}`), and `adaptive`
+    /// hits counted in Valkey or lost (`kvcm_adaptive_hits_total{outcome}`).
+    pub fn read_hints(hints: Arc<kvcm_core::store::get_cache_location::ReadHints>) -> [ScrapedCounters; 2] {
+        use std::sync::atomic::Ordering::Relaxed;
+        let failures = hints.clone();
+        [
+            ScrapedCounters::new(
+                "kvcm_read_hint_failures_total",
+                "Hints sent after a read was answered that failed: recency updates (recency) and batches of adaptive hit counts (hit_counts)",
+                "hint",
+                move || {
+                    vec![
+                        ("recency".into(), failures.recency_failed.load(Relaxed) as f64),
+                        ("hit_counts".into(), failures.hit_batches_failed.load(Relaxed) as f64),
+                    ]
+                },
+            ),
+            ScrapedCounters::new(
+                "kvcm_adaptive_hits_total",
+                "Hits of adaptive groups' reads whose counts reached Valkey (counted) or were lost (lost)",
+                "outcome",
+                move || {
+                    vec![
+                        ("counted".into(), hints.hits_counted.load(Relaxed) as f64),
+                        ("lost".into(), hints.hits_lost.load(Relaxed) as f64),
+                    ]
+                },
+            ),
+        ]
+    }
+}
+
 impl prometheus::core::Collector for ScrapedCounters {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
         vec![&self.desc]

@@ -1020,6 +1020,37 @@ async fn evict_adaptive(
     data.evict(instance, &[10, 10], index, n, None, None, &lease, 0, 0).await.unwrap().expect("the lease is held")
 }
 
+/// A frontend counts `adaptive` hits in batches (one pipeline per instance per 100 ms,
+/// `HIT_FLUSH`); the counts of answered reads still waiting when it is told to stop go to Valkey
+/// before it exits, and `kvcm_adaptive_hits_total` says how many were counted.
+#[tokio::test]
+async fn adaptive_hit_counts_still_pending_at_sigterm_reach_valkey_before_exit() {
+    let fx = Fixture::new(&[("tp0", 10)], 1, adaptive_group()).await;
+    let hist = instance_key(&fx.api.namespace, &fx.instance, "adaptive");
+    let events = || async {
+        let mut c = valkey().await;
+        let n: Option<i64> = redis::cmd("HGET").arg(&hist).arg("events").query_async(&mut c).await.unwrap();
+        n.unwrap_or(0)
+    };
+    let chain = |c: i64| (c * 100..c * 100 + 4).collect::<Vec<_>>();
+    for k in 1..=12 {
+        fx.write(&chain(k)).await;
+    }
+    // Each read ends at a leaf: a hit. The first four are counted by the usual batch.
+    for k in 1..=4 {
+        fx.get("QT_PREFIX_MATCH", &chain(k), json!({})).await;
+    }
+    wait_until("the first batch is counted", 5, || async { events().await == 4 }).await;
+    assert_eq!(fx.api.metric("kvcm_adaptive_hits_total{outcome=\"counted\"}").await, 4.0);
+    // Eight more, and SIGTERM at once: inside the batch's 100 ms.
+    for k in 5..=12 {
+        fx.get("QT_PREFIX_MATCH", &chain(k), json!({})).await;
+    }
+    let Fixture { api, .. } = fx;
+    assert_eq!(api.terminate(), Some(0));
+    assert_eq!(events().await, 12, "every answered read's hit counted");
+}
+
 /// `adaptive` ranks leaves in three classes (docs/optimizer.md, "Classes the store can keep"),
 /// which the store keeps in a record's flags: a block written 16 or more keys into its
 /// session's run of new keys is a long write; a block with two serving children at once is

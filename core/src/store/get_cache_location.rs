@@ -11,6 +11,8 @@ use crate::registry::Snapshot;
 use crate::store::record::Location;
 use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo};
+use redis::cluster_async::ClusterConnection;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 crate::wire_enum! {
     pub enum QueryType { QT_UNSPECIFIED = 0, QT_BATCH_GET = 1, QT_PREFIX_MATCH = 2, QT_REVERSE_ROLL_SW_MATCH = 3 }
@@ -589,6 +591,7 @@ impl DataPlane {
         let field = block_field(block);
         let now = now_ms();
         let pending = self.pending_hits.clone();
+        let hints = self.read_hints.clone();
         tokio::spawn(async move {
             let mut pipe = redis::pipe();
             let hit = leaf && keeps == Keeps::Hits;
@@ -608,6 +611,7 @@ impl DataPlane {
             let last = match outcome {
                 Ok(v) => v.into_iter().next().flatten(),
                 Err(e) => {
+                    hints.recency_failed.fetch_add(1, Relaxed);
                     tracing::debug!(error = %e, "recency update failed (a hint; the read succeeded)");
                     return;
                 }
@@ -628,16 +632,44 @@ impl DataPlane {
                         }
                     }
                 };
-                if let Err(e) = batch.pipeline(&keys.adaptive).query_async::<()>(&mut conn).await {
-                    tracing::debug!(error = %e, hits = batch.events, "adaptive hit counts failed (hints; the reads succeeded)");
-                }
+                batch.send(&keys.adaptive, &mut conn, &hints).await;
             }
         });
     }
+
+    /// Sends every hit count still waiting in [`PendingHits`] now, without waiting for
+    /// [`HIT_FLUSH`]: what a frontend does once it has stopped serving, so that stopping loses no
+    /// hit whose read was answered (a batch whose flush was already under way when its serving
+    /// thread stopped is the exception). Returns the hits sent and counted.
+    pub async fn flush_pending_hits(&self) -> u64 {
+        let mut conn = self.conn();
+        let mut counted = 0;
+        for (adaptive_key, batch) in self.pending_hits.take_all() {
+            if batch.send(&adaptive_key, &mut conn, &self.read_hints).await {
+                counted += u64::from(batch.events);
+            }
+        }
+        counted
+    }
+}
+
+/// How this frontend's read hints (recency updates and `adaptive` hit counts, sent after the
+/// read was answered) fared: `kvcm_read_hint_failures_total{hint}` and
+/// `kvcm_adaptive_hits_total{outcome}`.
+#[derive(Debug, Default)]
+pub struct ReadHints {
+    /// Recency pipelines (a read's touch) that failed.
+    pub recency_failed: AtomicU64,
+    /// `adaptive` hits whose counts reached Valkey.
+    pub hits_counted: AtomicU64,
+    /// `adaptive` hits whose counts did not (their batch's pipeline failed).
+    pub hits_lost: AtomicU64,
+    /// Batches of hit counts that failed.
+    pub hit_batches_failed: AtomicU64,
 }
 
 /// How long a hit of an `adaptive` group waits for others of its instance before its count goes
-/// to Valkey: a frontend that stops loses at most this much of its hits' counts (statistics
+/// to Valkey: a frontend that is killed loses at most this much of its hits' counts (statistics
 /// the policy learns from, not state; the worker's learning step waits for 2,048 events).
 pub(crate) const HIT_FLUSH: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -691,6 +723,12 @@ impl PendingHits {
     pub(crate) fn take(&self, adaptive_key: &str) -> Option<HitBatch> {
         self.by_instance.lock().unwrap_or_else(|e| e.into_inner()).remove(adaptive_key)
     }
+
+    /// Every pending batch, with its instance's `adaptive` key (the tasks that would have sent
+    /// them find nothing to take).
+    pub(crate) fn take_all(&self) -> Vec<(String, HitBatch)> {
+        self.by_instance.lock().unwrap_or_else(|e| e.into_inner()).drain().collect()
+    }
 }
 
 impl HitBatch {
@@ -704,6 +742,22 @@ impl HitBatch {
         }
         pipe.cmd("HINCRBY").arg(adaptive_key).arg("events").arg(self.events).ignore();
         pipe
+    }
+
+    /// Counts the batch in Valkey; whether it was, with the outcome in `hints`.
+    async fn send(&self, adaptive_key: &str, conn: &mut ClusterConnection, hints: &ReadHints) -> bool {
+        match self.pipeline(adaptive_key).query_async::<()>(conn).await {
+            Ok(()) => {
+                hints.hits_counted.fetch_add(u64::from(self.events), Relaxed);
+                true
+            }
+            Err(e) => {
+                hints.hits_lost.fetch_add(u64::from(self.events), Relaxed);
+                hints.hit_batches_failed.fetch_add(1, Relaxed);
+                tracing::debug!(error = %e, hits = self.events, "adaptive hit counts failed (hints; the reads succeeded)");
+                false
+            }
+        }
     }
 }
 

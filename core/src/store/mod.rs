@@ -62,6 +62,8 @@ pub struct DataPlane {
     /// Hits of `adaptive` groups' reads not yet added to their instances' histograms
     /// ([`get_cache_location::PendingHits`]), shared by the serving threads.
     pending_hits: Arc<get_cache_location::PendingHits>,
+    /// How the read hints sent after answering fared (counters the frontend's metrics read).
+    pub read_hints: Arc<get_cache_location::ReadHints>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps (and whose reporters and reporter copies
@@ -90,6 +92,7 @@ impl DataPlane {
             reporters_cache: Default::default(),
             reporter_reads: Default::default(),
             pending_hits: Default::default(),
+            read_hints: Default::default(),
         }
     }
 
