@@ -445,14 +445,6 @@ impl Server {
         let _ = tx.send(true);
         meta.await?;
         self.serving.stop(limits.drain_timeout + Duration::from_secs(1)).await;
-        // Hit counts of answered reads that were waiting for their batch (HIT_FLUSH): sent now,
-        // not lost with the serving threads' timers.
-        let valkey = Duration::from_millis(config.valkey_timeout_ms);
-        match tokio::time::timeout(valkey, self.state.data.flush_pending_hits()).await {
-            Ok(0) => {}
-            Ok(hits) => tracing::info!(hits, "sent the adaptive hit counts still pending"),
-            Err(_) => tracing::warn!("pending adaptive hit counts not sent within valkey_timeout_ms"),
-        }
         admin.await?;
         // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
         // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.
@@ -466,6 +458,21 @@ impl Server {
                     abort.abort();
                 }
             }
+        }
+        // Hit counts of answered reads (HTTP and gRPC) that were waiting for their batch
+        // (HIT_FLUSH): sent now, not lost with the timers of the runtimes that held them. gRPC
+        // reads ran on this runtime: their touches finish first.
+        self.state.data.hints_settled(valkey_timeout).await;
+        match self.state.data.flush_pending_hits(valkey_timeout).await {
+            kvcm_core::store::get_cache_location::FlushedHits { counted: 0, lost: 0 } => {}
+            kvcm_core::store::get_cache_location::FlushedHits { counted, lost: 0 } => {
+                tracing::info!(hits = counted, "sent the adaptive hit counts still pending")
+            }
+            flushed => tracing::warn!(
+                counted = flushed.counted,
+                lost = flushed.lost,
+                "adaptive hit counts still pending at shutdown were not all sent (hints: no read is affected)"
+            ),
         }
         refresher.abort();
         checker.abort();

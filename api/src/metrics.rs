@@ -350,9 +350,7 @@ impl ScrapedCounters {
             },
         )
     }
-}
 
-impl ScrapedCounters {
     /// How this frontend's read hints fared, two families: recency updates and batches of
     /// `adaptive` hit counts that failed (`kvcm_read_hint_failures_total{hint}`), and `adaptive`
     /// hits counted in Valkey or lost (`kvcm_adaptive_hits_total{outcome}`).
@@ -373,7 +371,7 @@ impl ScrapedCounters {
             ),
             ScrapedCounters::new(
                 "kvcm_adaptive_hits_total",
-                "Hits of adaptive groups' reads whose counts reached Valkey (counted) or were lost (lost)",
+                "Hits of adaptive groups' reads whose counts reached Valkey (counted), or whose batch failed or was cut off by shutdown (lost)",
                 "outcome",
                 move || {
                     vec![

@@ -37,9 +37,11 @@
 //!   And each thread holds one more connection to every Valkey node.
 //!
 //! Shutdown: once the accept loop has drained every connection (see [`crate::transport`]),
-//! [`Threads::stop`] ends the threads; each drops its runtime, which closes what is still open
-//! past the drain bound and cancels what its requests left running (a recency update after a
-//! read, which is a hint).
+//! [`Threads::stop`] ends the threads. Each waits (for at most `valkey_timeout_ms`) until no
+//! read hint is being written — a read's touch, a batch of `adaptive` hit counts — and drops its
+//! runtime, which closes what is still open past the drain bound and cancels what is left: a hit
+//! count waiting for its batch (`HIT_FLUSH`) stays in the data plane's pending hits, which
+//! [`crate::Server::run`] sends after the threads are gone.
 
 use crate::state::AppState;
 use crate::transport::ServingThread;
@@ -80,6 +82,7 @@ impl Drop for Alive {
 /// cluster (all at once) before this returns, and an error names the thread that failed.
 pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
     let access = kvcm_core::valkey::Access::from_config(&state.config)?;
+    let hints_bound = Duration::from_millis(state.config.valkey_timeout_ms);
     let open = prometheus::IntGaugeVec::new(
         prometheus::Opts::new(
             "kvcm_serving_thread_connections",
@@ -96,7 +99,7 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel();
         let flag = Arc::new(AtomicBool::new(true));
-        let (access, guard) = (access.clone(), Alive(flag.clone()));
+        let (access, guard, data) = (access.clone(), Alive(flag.clone()), state.data.clone());
         std::thread::Builder::new()
             .name(format!("kvcm-serve-{i}"))
             .spawn(move || {
@@ -121,6 +124,11 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
                     // Serves the connections handed to this runtime until told to stop (or the
                     // frontend is dropped).
                     let _ = stop_rx.await;
+                    // Read hints still being written (a touch, a batch of hit counts) finish
+                    // before the runtime drops their tasks.
+                    if !data.hints_settled(hints_bound).await {
+                        tracing::warn!("read hints still being written after {hints_bound:?}: dropped");
+                    }
                 });
                 // Connections still open here (past the drain bound) are closed with the runtime.
                 drop(runtime);

@@ -12,7 +12,8 @@ use crate::store::record::Location;
 use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo};
 use redis::cluster_async::ClusterConnection;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 crate::wire_enum! {
     pub enum QueryType { QT_UNSPECIFIED = 0, QT_BATCH_GET = 1, QT_PREFIX_MATCH = 2, QT_REVERSE_ROLL_SW_MATCH = 3 }
@@ -592,6 +593,7 @@ impl DataPlane {
         let now = now_ms();
         let pending = self.pending_hits.clone();
         let hints = self.read_hints.clone();
+        let sending = Sending::start(&hints);
         tokio::spawn(async move {
             let mut pipe = redis::pipe();
             let hit = leaf && keeps == Keeps::Hits;
@@ -620,14 +622,17 @@ impl DataPlane {
             if let Some(last) = last.filter(|_| hit) {
                 let age = now.saturating_sub(last as u64);
                 let cell = crate::hit_density::cell(crate::hit_density::class_of(flags), age);
-                let batch = match pending.add(&keys.adaptive, cell) {
+                let (batch, _sending) = match pending.add(&keys.adaptive, cell) {
                     Added::Pending => return,
-                    Added::Full(batch) => batch,
+                    Added::Full(batch) => (batch, sending),
                     // The instance's first hit since its last flush: this task flushes them all.
+                    // While it waits the hit is in `pending`, where a stopping frontend finds it
+                    // (flush_pending_hits), so the wait is not a write under way.
                     Added::First => {
+                        drop(sending);
                         tokio::time::sleep(HIT_FLUSH).await;
                         match pending.take(&keys.adaptive) {
-                            Some(batch) => batch,
+                            Some(batch) => (batch, Sending::start(&hints)),
                             None => return, // taken full in the meantime
                         }
                     }
@@ -637,19 +642,65 @@ impl DataPlane {
         });
     }
 
-    /// Sends every hit count still waiting in [`PendingHits`] now, without waiting for
-    /// [`HIT_FLUSH`]: what a frontend does once it has stopped serving, so that stopping loses no
-    /// hit whose read was answered (a batch whose flush was already under way when its serving
-    /// thread stopped is the exception). Returns the hits sent and counted.
-    pub async fn flush_pending_hits(&self) -> u64 {
-        let mut conn = self.conn();
-        let mut counted = 0;
-        for (adaptive_key, batch) in self.pending_hits.take_all() {
-            if batch.send(&adaptive_key, &mut conn, &self.read_hints).await {
-                counted += u64::from(batch.events);
+    /// Waits, for at most `bound`, until no read hint is being written (a read's touch pipeline,
+    /// or a batch of hit counts being sent): what a serving thread does before its runtime, and
+    /// the tasks on it, are dropped. Whether none was left.
+    pub async fn hints_settled(&self, bound: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        while self.read_hints.in_flight.load(Relaxed) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
             }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
-        counted
+        true
+    }
+
+    /// Sends every hit count still waiting in [`PendingHits`] now, all instances' batches at once,
+    /// without waiting for [`HIT_FLUSH`]: what a frontend does once it has stopped serving (after
+    /// [`DataPlane::hints_settled`]), so that a stop loses no hit of an answered read — but for a
+    /// batch that was being sent when its serving thread stopped, or a touch still under way
+    /// after the serving thread's bound. Batches not sent by `deadline` count as lost.
+    pub async fn flush_pending_hits(&self, deadline: std::time::Duration) -> FlushedHits {
+        let batches = self.pending_hits.take_all();
+        let total: u64 = batches.iter().map(|(_, b)| u64::from(b.events)).sum();
+        let (counted, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let sends = batches.iter().map(|(key, batch)| {
+            let (mut conn, counted, failed) = (self.conn(), &counted, &failed);
+            async move {
+                let outcome = if batch.send(key, &mut conn, &self.read_hints).await { counted } else { failed };
+                outcome.fetch_add(u64::from(batch.events), Relaxed);
+            }
+        });
+        let _ = tokio::time::timeout(deadline, futures::future::join_all(sends)).await;
+        let (counted, failed) = (counted.into_inner(), failed.into_inner());
+        // A failed batch is counted lost by `send`; one the deadline cut off is counted here.
+        self.read_hints.hits_lost.fetch_add(total - counted - failed, Relaxed);
+        FlushedHits { counted, lost: total - counted }
+    }
+}
+
+/// What [`DataPlane::flush_pending_hits`] did: hits counted in Valkey, and hits whose batch
+/// failed or was not answered in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushedHits {
+    pub counted: u64,
+    pub lost: u64,
+}
+
+/// A read hint being written (`ReadHints::in_flight`) while this lives.
+struct Sending(Arc<ReadHints>);
+
+impl Sending {
+    fn start(hints: &Arc<ReadHints>) -> Sending {
+        hints.in_flight.fetch_add(1, Relaxed);
+        Sending(hints.clone())
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
     }
 }
 
@@ -662,10 +713,13 @@ pub struct ReadHints {
     pub recency_failed: AtomicU64,
     /// `adaptive` hits whose counts reached Valkey.
     pub hits_counted: AtomicU64,
-    /// `adaptive` hits whose counts did not (their batch's pipeline failed).
+    /// `adaptive` hits whose counts did not: their batch failed, or a stopping frontend's last
+    /// flush ran out of time for it.
     pub hits_lost: AtomicU64,
     /// Batches of hit counts that failed.
     pub hit_batches_failed: AtomicU64,
+    /// Hints being written right now ([`DataPlane::hints_settled`]).
+    in_flight: AtomicUsize,
 }
 
 /// How long a hit of an `adaptive` group waits for others of its instance before its count goes
