@@ -4,7 +4,9 @@
 //! Requests never wait for the disk: events go through a bounded channel to a writer thread;
 //! when the channel is full (the disk cannot keep up) events are dropped and counted in
 //! `kvcm_event_log_dropped_total`. The file is rotated at `event_log_max_bytes`: `path` →
-//! `path.1` → … → `path.<max_files>` (the oldest is removed).
+//! `path.1` → … → `path.<max_files>` (the oldest is removed). A stopping frontend calls
+//! [`EventLog::sync`] once it has answered its last request, so that every queued event is on
+//! disk before the process exits (the writer thread would otherwise die with it).
 
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
@@ -14,8 +16,16 @@ use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 
 #[derive(Debug, Clone)]
 pub struct EventLog {
-    tx: SyncSender<String>,
+    tx: SyncSender<Message>,
     dropped: prometheus::IntCounter,
+}
+
+/// What the writer thread is sent.
+#[derive(Debug)]
+enum Message {
+    Line(String),
+    /// Write and flush everything queued before this, then answer.
+    Sync(SyncSender<()>),
 }
 
 impl EventLog {
@@ -32,16 +42,24 @@ impl EventLog {
         }
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         let size = file.metadata()?.len();
-        let (tx, rx) = sync_channel::<String>(65536);
+        let (tx, rx) = sync_channel::<Message>(65536);
         std::thread::Builder::new().name("kvcm-event-log".into()).spawn(move || {
             let mut w = Writer { path, max_bytes, max_files, out: BufWriter::new(file), size };
-            while let Ok(line) = rx.recv() {
-                w.write(&line);
-                // Drain what is queued, then flush once.
-                while let Ok(more) = rx.try_recv() {
-                    w.write(&more);
+            let mut synced = Vec::new();
+            while let Ok(first) = rx.recv() {
+                // Drain what is queued, then flush once (and answer the syncs among it).
+                let mut next = Some(first);
+                while let Some(message) = next {
+                    match message {
+                        Message::Line(line) => w.write(&line),
+                        Message::Sync(done) => synced.push(done),
+                    }
+                    next = rx.try_recv().ok();
                 }
                 let _ = w.out.flush();
+                for done in synced.drain(..) {
+                    let _ = done.send(());
+                }
             }
             let _ = w.out.flush();
         })?;
@@ -50,10 +68,33 @@ impl EventLog {
 
     /// Queues one event; never blocks.
     pub fn emit(&self, event: Value) {
-        match self.tx.try_send(event.to_string()) {
+        match self.tx.try_send(Message::Line(event.to_string())) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped.inc(),
         }
+    }
+
+    /// Blocks, for at most `bound`, until every event queued before this call is written and
+    /// flushed; whether it was. (A full queue is waited for too: this is for a stopping
+    /// frontend, whose requests no longer emit.)
+    pub fn sync(&self, bound: std::time::Duration) -> bool {
+        let (done, answer) = sync_channel(1);
+        let deadline = std::time::Instant::now() + bound;
+        let mut message = Message::Sync(done);
+        loop {
+            match self.tx.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return false;
+                    }
+                    message = back;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        answer.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok()
     }
 }
 
@@ -105,6 +146,26 @@ pub fn now_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sync` returns once every event emitted before it is in the file. The writer is made slow
+    /// on purpose — a 1-byte `max_bytes` rotates at every line, renaming 20 files — so that
+    /// 500 events emitted at once are far from written when the last `emit` returns.
+    #[test]
+    fn sync_returns_once_every_queued_event_is_on_disk() {
+        let dir = std::env::temp_dir().join(format!("kvcm-events-{}", fastrand::u64(..)));
+        let path = dir.join("events.jsonl");
+        let log =
+            EventLog::open(path.to_str().unwrap(), 1, 20, prometheus::IntCounter::new("d", "d").unwrap()).unwrap();
+        for i in 0..500 {
+            log.emit(serde_json::json!({"i": i}));
+        }
+        assert!(log.sync(std::time::Duration::from_secs(30)));
+        let newest = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(newest.trim(), r#"{"i":499}"#);
+        let oldest = std::fs::read_to_string(dir.join("events.jsonl.20")).unwrap();
+        assert_eq!(oldest.trim(), r#"{"i":479}"#);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn the_log_rotates_and_keeps_max_files() {

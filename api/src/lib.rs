@@ -459,6 +459,14 @@ impl Server {
                 }
             }
         }
+        // Events of the answered requests, still queued for the event log's writer thread.
+        if let Some(events) = self.state.events.clone() {
+            let bound = valkey_timeout;
+            match tokio::task::spawn_blocking(move || events.sync(bound)).await {
+                Ok(true) => {}
+                _ => tracing::warn!("the event log's last events were not all written within {bound:?}"),
+            }
+        }
         // Hit counts of answered reads (HTTP and gRPC) that were waiting for their batch
         // (HIT_FLUSH): sent now, not lost with the timers of the runtimes that held them. gRPC
         // reads ran on this runtime: their touches finish first.
