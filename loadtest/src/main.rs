@@ -6,12 +6,10 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use kvcm_core::mask::BlockMask;
 use kvcm_core::registry::Registry;
-use kvcm_core::store::get_cache_location::QueryType;
 use kvcm_core::store::{DataPlane, Limits};
 use kvcm_core::valkey::Access;
-use kvcm_core::wire::admin::{CacheConfig, InstanceGroup, NfsStorageSpec, ReclaimPolicy, StorageConfig};
+use kvcm_core::wire::admin::{CacheConfig, InstanceGroup, NfsStorageSpec, StorageConfig};
 use kvcm_core::wire::{LocationSpecInfo, ModelDeployment, RegisterInstanceRequest};
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
@@ -28,6 +26,8 @@ mod events;
 mod h1;
 mod peer;
 mod rate;
+mod read_cpu;
+mod throughput;
 
 #[derive(Parser)]
 #[command(about = "kvcm benchmarks against a real Valkey cluster")]
@@ -499,109 +499,10 @@ async fn run(args: Args) -> Result<()> {
             b.cleanup().await?;
         }
         Cmd::ReadCpu { blocks, reads, lfu, adaptive } => {
-            let mut cache_config = CacheConfig::default();
-            if lfu {
-                cache_config.reclaim_strategy.reclaim_policy = ReclaimPolicy::POLICY_LFU;
-            }
-            if adaptive {
-                cache_config.reclaim_strategy.reclaim_policy = ReclaimPolicy::POLICY_ADAPTIVE;
-            }
-            let b = Bench::with_group(&args.valkey, 1, cache_config).await?;
-            let prompts = b.fill(blocks.div_ceil(128), 128, 1024).await?;
-            let snap = b.registry.snapshot();
-            let inst = b.registry.instance(&b.instance).await?;
-            let mut node = b.node().await?;
-            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
-            let t = Instant::now();
-            for i in 0..reads {
-                let keys = &prompts[i % prompts.len()];
-                let (locs, _) = b
-                    .data
-                    .get_cache_location(&snap, &inst, QueryType::QT_PREFIX_MATCH, keys, &BlockMask::Offset(0), 0, &[])
-                    .await?;
-                anyhow::ensure!(locs.len() == 128, "prefix read matched {} blocks", locs.len());
-            }
-            let elapsed = t.elapsed();
-            // Let the spawned recency updates land before reading the stats.
-            let deadline = Instant::now() + std::time::Duration::from_secs(5);
-            while command_stat(&mut node, "zadd").await?.0 < reads as f64 && Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            let (hc, hu) = command_stat(&mut node, "hmget").await?;
-            let (zc, zu) = command_stat(&mut node, "zadd").await?;
-            // Read counts: kept only where the group reclaims by LFU (--lfu).
-            // Hits: where the group reclaims by `adaptive` (--adaptive), a read that ends at a
-            // leaf reads its last access (ZSCORE); the frontend counts the hits of each 100 ms in
-            // one pipeline (an HINCRBY per cell hit and one for the events), every read here a hit.
-            let deadline = Instant::now() + std::time::Duration::from_secs(5);
-            let adaptive_key = b.data.keys(&b.instance).adaptive.clone();
-            while adaptive && Instant::now() < deadline {
-                let events: Option<u64> =
-                    redis::cmd("HGET").arg(&adaptive_key).arg("events").query_async(&mut node).await?;
-                if events.unwrap_or(0) >= reads as u64 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            let (ic, iu) = command_stat(&mut node, "hincrby").await?;
-            let (sc, su) = command_stat(&mut node, "zscore").await?;
-            // Side by side on the same hash: the same HMGETs sent raw (no kvcm, no bookkeeping).
-            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
-            let blocks_key = b.data.keys(&b.instance).blocks.clone();
-            for i in 0..reads {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(&blocks_key);
-                for k in &prompts[i % prompts.len()] {
-                    cmd.arg(&k.to_be_bytes()[..]);
-                }
-                let _: Vec<Option<Vec<u8>>> = cmd.query_async(&mut node).await?;
-            }
-            let (rc, ru) = command_stat(&mut node, "hmget").await?;
-            println!("read-cpu: the same {reads} HMGETs sent raw: {:.2} us/call", ru / rc.max(1.0));
-            println!(
-                "read-cpu: {reads} prefix reads of 128 blocks: HMGET {:.2} us/call ({hc} calls), ZADD {:.2} us/call ({zc} calls), \
-                 HINCRBY {:.2} us/call ({ic} calls), ZSCORE {:.2} us/call ({sc} calls); Valkey CPU per read {:.2} us; \
-                 client-side {:.0} reads/s serial",
-                hu / hc.max(1.0),
-                zu / zc.max(1.0),
-                iu / ic.max(1.0),
-                su / sc.max(1.0),
-                (hu + zu + iu + su) / reads as f64,
-                reads as f64 / elapsed.as_secs_f64()
-            );
-            b.cleanup().await?;
+            read_cpu::read_cpu(&args.valkey, blocks, reads, lfu, adaptive).await?
         }
         Cmd::HmgetBaseline { fields, value_bytes, reads } => {
-            let b = Bench::new(&args.valkey, 1).await?;
-            let key = format!("{}:baseline:{{i:{}}}", b.ns, b.instance);
-            let mut node = b.node().await?;
-            let names: Vec<[u8; 8]> = (0..fields).map(|_| fastrand::i64(..).to_be_bytes()).collect();
-            let value = vec![b'x'; value_bytes];
-            for chunk in names.chunks(1000) {
-                let mut cmd = redis::cmd("HSET");
-                cmd.arg(&key);
-                for n in chunk {
-                    cmd.arg(&n[..]).arg(&value);
-                }
-                let _: () = cmd.query_async(&mut node).await?;
-            }
-            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut node).await?;
-            for i in 0..reads {
-                let start = (i * 128) % (fields - 128);
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(&key);
-                for n in &names[start..start + 128] {
-                    cmd.arg(&n[..]);
-                }
-                let _: Vec<Option<Vec<u8>>> = cmd.query_async(&mut node).await?;
-            }
-            let (hc, hu) = command_stat(&mut node, "hmget").await?;
-            println!(
-                "hmget-baseline: {fields} fields of {value_bytes}-byte values: HMGET of 128 fields {:.2} us/call ({hc} calls)",
-                hu / hc.max(1.0)
-            );
-            let _: () = redis::cmd("UNLINK").arg(&key).query_async(&mut node).await?;
-            b.cleanup().await?;
+            read_cpu::hmget_baseline(&args.valkey, fields, value_bytes, reads).await?
         }
         Cmd::Deletion { blocks } => {
             for workers in [1usize, 2] {
@@ -691,167 +592,9 @@ async fn run(args: Args) -> Result<()> {
         }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
         Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix } => {
-            let b = Arc::new(Bench::new(&args.valkey, 1).await?);
-            let written = prompts * 128;
-            let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
-            let (server, stop_tx, serving) = serve(&args.valkey, &b.ns, 1 << 16, |_| {}).await?;
-            let dur = std::time::Duration::from_secs(seconds);
-            // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
-            let direct = {
-                let snap = b.registry.snapshot();
-                let inst = b.registry.instance(&b.instance).await?;
-                let t = Instant::now();
-                let tasks = (0..concurrency).map(|i| {
-                    let (b, prompts, snap, inst) = (b.clone(), prompts.clone(), snap.clone(), inst.clone());
-                    tokio::spawn(async move {
-                        let mut n = 0u64;
-                        let mut out = Vec::new();
-                        while t.elapsed() < dur {
-                            let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
-                            out.clear();
-                            b.data
-                                .get_cache_location_json(
-                                    &snap,
-                                    &inst,
-                                    QueryType::QT_PREFIX_MATCH,
-                                    keys,
-                                    &BlockMask::Offset(0),
-                                    0,
-                                    &[],
-                                    &mut out,
-                                )
-                                .await?;
-                            n += 1;
-                        }
-                        anyhow::Ok(n)
-                    })
-                });
-                let mut total = 0;
-                for h in futures::future::join_all(tasks).await {
-                    total += h??;
-                }
-                total as f64 / t.elapsed().as_secs_f64()
-            };
-            // HTTP: the same reads through the real router and server. Like the direct side,
-            // whose keys are ready, the requests are serialised once up front: the load generator
-            // shares the 2 cores, and what is measured is the server.
-            let bodies: Arc<Vec<bytes::Bytes>> =
-                Arc::new(prompts.iter().map(|keys| prefix_read(&b.instance, keys)).collect());
-            let http = {
-                let t = Instant::now();
-                let tasks = (0..concurrency).map(|i| {
-                    let bodies = bodies.clone();
-                    tokio::spawn(async move {
-                        let mut conn = h1::H1::connect(server).await?;
-                        let mut n = 0u64;
-                        while t.elapsed() < dur {
-                            let body = bodies[(i + n as usize * concurrency) % bodies.len()].clone();
-                            let reply = conn.post("/api/getCacheLocation", body).await?;
-                            anyhow::ensure!(
-                                rate::reply_ok(&reply),
-                                "a read failed: {}",
-                                String::from_utf8_lossy(&reply)
-                            );
-                            n += 1;
-                        }
-                        anyhow::Ok(n)
-                    })
-                });
-                let mut total = 0;
-                for h in futures::future::join_all(tasks).await {
-                    total += h??;
-                }
-                total as f64 / t.elapsed().as_secs_f64()
-            };
-            println!(
-                "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
-                100.0 * http / direct
-            );
-            let mut rec = serde_json::json!({"bench": "throughput", "concurrency": concurrency, "seconds": seconds,
-                "blocks": written, "direct_reads_per_s": direct, "http_reads_per_s": http});
-            if open_loop_fraction > 0.0 {
-                // Half of saturation (or any fraction): arrivals at a fixed rate, latency from the
-                // scheduled start.
-                let r =
-                    rate::open_loop(server, "/api/getCacheLocation", bodies.clone(), open_loop_fraction * http, dur)
-                        .await;
-                println!(
-                    "throughput: open loop at {:.0}% of the HTTP rate ({:.0}/s offered, {seconds} s): {:.0}/s completed, p50 {:.3} ms, p99 {:.3} ms ({} errors, {} dropped)",
-                    100.0 * open_loop_fraction,
-                    r.offered_per_s,
-                    r.completed_per_s,
-                    r.p50_ms,
-                    r.p99_ms,
-                    r.errors,
-                    r.dropped
-                );
-                rec["open_loop"] = serde_json::json!({"fraction": open_loop_fraction, "offered_per_s": r.offered_per_s,
-                    "completed_per_s": r.completed_per_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "errors": r.errors, "dropped": r.dropped});
-            }
-            // Two-phase writes of 32 new blocks per session through HTTP, over one or more
-            // instances (task i writes to instance i mod N).
-            let mut instances = vec![b.instance.clone()];
-            for i in 1..write_instances.max(1) {
-                let id = format!("bench-instance-{i}");
-                register(&b.registry, &id, 1).await?;
-                instances.push(id);
-            }
-            let instances = Arc::new(instances);
-            let t = Instant::now();
-            let tasks = (0..concurrency).map(|i| {
-                let instances = instances.clone();
-                tokio::spawn(async move {
-                    let inst = &instances[i % instances.len()];
-                    let mut conn = h1::H1::connect(server).await?;
-                    // The task's stored prefix: a chain from a root, written once.
-                    let prefix: Vec<i64> = (0..write_prefix).map(|_| fastrand::i64(..)).collect();
-                    if !prefix.is_empty() {
-                        let start = serde_json::json!({"instance_id": inst, "block_keys": prefix}).to_string();
-                        let reply = conn.post("/api/startWriteCache", start.into()).await?;
-                        anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
-                        let s: serde_json::Value = serde_json::from_slice(&reply)?;
-                        let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": prefix.len()}});
-                        let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
-                        anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
-                    }
-                    let t = Instant::now();
-                    let mut n = 0u64;
-                    while t.elapsed() < dur {
-                        let keys: Vec<i64> = prefix.iter().copied().chain((0..32).map(|_| fastrand::i64(..))).collect();
-                        let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
-                        let reply = conn.post("/api/startWriteCache", start.into()).await?;
-                        anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
-                        let s: serde_json::Value = serde_json::from_slice(&reply)?;
-                        let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 32}});
-                        let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
-                        anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
-                        n += 1;
-                    }
-                    anyhow::Ok(n)
-                })
-            });
-            let mut total = 0;
-            for h in futures::future::join_all(tasks).await {
-                total += h??;
-            }
-            let sessions = total as f64 / t.elapsed().as_secs_f64();
-            println!(
-                "throughput: two-phase writes of 32 blocks through HTTP (after {write_prefix} stored keys), {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
-                instances.len()
-            );
-            for extra in &instances[1..] {
-                let mut c = b.conn.clone();
-                for k in b.data.keys(extra).all() {
-                    let _: () = redis::cmd("UNLINK").arg(k).query_async(&mut c).await?;
-                }
-            }
-            rec["write_instances"] = serde_json::json!(instances.len());
-            rec["write_prefix"] = serde_json::json!(write_prefix);
-            rec["write_sessions_per_s"] = serde_json::json!(sessions);
-            record(&args.record, rec)?;
-            let _ = stop_tx.send(());
-            serving.await??;
-            b.cleanup().await?;
+            let params =
+                throughput::Params { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix };
+            throughput::run(&args.valkey, &args.record, params).await?
         }
         Cmd::Durability { concurrency, seconds, rounds, serial } => {
             let rec = durability::run(&args.valkey, concurrency, seconds, rounds, serial).await?;

@@ -1,0 +1,178 @@
+//! `kvcm-bench throughput`: 128-block prefix reads at saturation, straight on the data plane and
+//! through HTTP side by side, an open-loop phase at a fraction of the HTTP rate, and two-phase
+//! writes of 32 new blocks per session through HTTP.
+
+use crate::{Bench, Result, h1, prefix_read, rate, record, register, serve};
+use kvcm_core::mask::BlockMask;
+use kvcm_core::store::get_cache_location::QueryType;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the subcommand is given (its flags, docs in `Cmd::Throughput`).
+pub struct Params {
+    pub concurrency: usize,
+    pub seconds: u64,
+    pub prompts: usize,
+    pub open_loop_fraction: f64,
+    pub write_instances: usize,
+    pub write_prefix: usize,
+}
+
+pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params) -> Result<()> {
+    let Params { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix } = p;
+    let b = Arc::new(Bench::new(valkey, 1).await?);
+    let written = prompts * 128;
+    let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
+    let (server, stop_tx, serving) = serve(valkey, &b.ns, 1 << 16, |_| {}).await?;
+    let dur = std::time::Duration::from_secs(seconds);
+    // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
+    let direct = {
+        let snap = b.registry.snapshot();
+        let inst = b.registry.instance(&b.instance).await?;
+        let t = Instant::now();
+        let tasks = (0..concurrency).map(|i| {
+            let (b, prompts, snap, inst) = (b.clone(), prompts.clone(), snap.clone(), inst.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                let mut out = Vec::new();
+                while t.elapsed() < dur {
+                    let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
+                    out.clear();
+                    b.data
+                        .get_cache_location_json(
+                            &snap,
+                            &inst,
+                            QueryType::QT_PREFIX_MATCH,
+                            keys,
+                            &BlockMask::Offset(0),
+                            0,
+                            &[],
+                            &mut out,
+                        )
+                        .await?;
+                    n += 1;
+                }
+                anyhow::Ok(n)
+            })
+        });
+        let mut total = 0;
+        for h in futures::future::join_all(tasks).await {
+            total += h??;
+        }
+        total as f64 / t.elapsed().as_secs_f64()
+    };
+    // HTTP: the same reads through the real router and server. Like the direct side,
+    // whose keys are ready, the requests are serialised once up front: the load generator
+    // shares the 2 cores, and what is measured is the server.
+    let bodies: Arc<Vec<bytes::Bytes>> = Arc::new(prompts.iter().map(|keys| prefix_read(&b.instance, keys)).collect());
+    let http = {
+        let t = Instant::now();
+        let tasks = (0..concurrency).map(|i| {
+            let bodies = bodies.clone();
+            tokio::spawn(async move {
+                let mut conn = h1::H1::connect(server).await?;
+                let mut n = 0u64;
+                while t.elapsed() < dur {
+                    let body = bodies[(i + n as usize * concurrency) % bodies.len()].clone();
+                    let reply = conn.post("/api/getCacheLocation", body).await?;
+                    anyhow::ensure!(rate::reply_ok(&reply), "a read failed: {}", String::from_utf8_lossy(&reply));
+                    n += 1;
+                }
+                anyhow::Ok(n)
+            })
+        });
+        let mut total = 0;
+        for h in futures::future::join_all(tasks).await {
+            total += h??;
+        }
+        total as f64 / t.elapsed().as_secs_f64()
+    };
+    println!(
+        "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
+        100.0 * http / direct
+    );
+    let mut rec = serde_json::json!({"bench": "throughput", "concurrency": concurrency, "seconds": seconds,
+        "blocks": written, "direct_reads_per_s": direct, "http_reads_per_s": http});
+    if open_loop_fraction > 0.0 {
+        // Half of saturation (or any fraction): arrivals at a fixed rate, latency from the
+        // scheduled start.
+        let r = rate::open_loop(server, "/api/getCacheLocation", bodies.clone(), open_loop_fraction * http, dur).await;
+        println!(
+            "throughput: open loop at {:.0}% of the HTTP rate ({:.0}/s offered, {seconds} s): {:.0}/s completed, p50 {:.3} ms, p99 {:.3} ms ({} errors, {} dropped)",
+            100.0 * open_loop_fraction,
+            r.offered_per_s,
+            r.completed_per_s,
+            r.p50_ms,
+            r.p99_ms,
+            r.errors,
+            r.dropped
+        );
+        rec["open_loop"] = serde_json::json!({"fraction": open_loop_fraction, "offered_per_s": r.offered_per_s,
+            "completed_per_s": r.completed_per_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms, "errors": r.errors, "dropped": r.dropped});
+    }
+    // Two-phase writes of 32 new blocks per session through HTTP, over one or more
+    // instances (task i writes to instance i mod N).
+    let mut instances = vec![b.instance.clone()];
+    for i in 1..write_instances.max(1) {
+        let id = format!("bench-instance-{i}");
+        register(&b.registry, &id, 1).await?;
+        instances.push(id);
+    }
+    let instances = Arc::new(instances);
+    let t = Instant::now();
+    let tasks = (0..concurrency).map(|i| {
+        let instances = instances.clone();
+        tokio::spawn(async move {
+            let inst = &instances[i % instances.len()];
+            let mut conn = h1::H1::connect(server).await?;
+            // The task's stored prefix: a chain from a root, written once.
+            let prefix: Vec<i64> = (0..write_prefix).map(|_| fastrand::i64(..)).collect();
+            if !prefix.is_empty() {
+                let start = serde_json::json!({"instance_id": inst, "block_keys": prefix}).to_string();
+                let reply = conn.post("/api/startWriteCache", start.into()).await?;
+                anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
+                let s: serde_json::Value = serde_json::from_slice(&reply)?;
+                let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": prefix.len()}});
+                let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
+                anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
+            }
+            let t = Instant::now();
+            let mut n = 0u64;
+            while t.elapsed() < dur {
+                let keys: Vec<i64> = prefix.iter().copied().chain((0..32).map(|_| fastrand::i64(..))).collect();
+                let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
+                let reply = conn.post("/api/startWriteCache", start.into()).await?;
+                anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
+                let s: serde_json::Value = serde_json::from_slice(&reply)?;
+                let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 32}});
+                let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
+                anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
+                n += 1;
+            }
+            anyhow::Ok(n)
+        })
+    });
+    let mut total = 0;
+    for h in futures::future::join_all(tasks).await {
+        total += h??;
+    }
+    let sessions = total as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "throughput: two-phase writes of 32 blocks through HTTP (after {write_prefix} stored keys), {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
+        instances.len()
+    );
+    for extra in &instances[1..] {
+        let mut c = b.conn.clone();
+        for k in b.data.keys(extra).all() {
+            let _: () = redis::cmd("UNLINK").arg(k).query_async(&mut c).await?;
+        }
+    }
+    rec["write_instances"] = serde_json::json!(instances.len());
+    rec["write_prefix"] = serde_json::json!(write_prefix);
+    rec["write_sessions_per_s"] = serde_json::json!(sessions);
+    record(record_to, rec)?;
+    let _ = stop_tx.send(());
+    serving.await??;
+    b.cleanup().await?;
+    Ok(())
+}
