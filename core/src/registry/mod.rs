@@ -20,9 +20,15 @@
 //!
 //! Failure: if Valkey is unreachable, writes fail with SERVICE_NOT_READY and the cached
 //! snapshot keeps serving reads of known instances.
+//!
+//! This file holds the snapshot, its refresh and the startup file; the operations on each kind
+//! of entry are in `storages`, `groups`, `instances` and `accounts`.
 
 mod accounts;
 pub mod config_snapshot;
+mod groups;
+mod instances;
+mod storages;
 pub mod tair_format;
 pub mod validate;
 
@@ -33,7 +39,7 @@ use crate::keys::RegistryKeys;
 use crate::limits::Limits;
 use crate::scripts::{self, status_reply};
 use crate::wire::admin::{AccountRole, InstanceGroup, StorageConfig};
-use crate::wire::{InstanceInfo, RegisterInstanceRequest, StatusCode};
+use crate::wire::{InstanceInfo, StatusCode};
 use redis::cluster_async::ClusterConnection;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -404,295 +410,10 @@ impl Registry {
         Ok(out)
     }
 
-    // ---- storages ----
-
-    pub async fn add_storage(&self, mut cfg: StorageConfig) -> Result<()> {
-        validate::storage(&self.limits, &mut cfg)?;
-        retry_on_conflict(|| self.try_add_storage(&cfg)).await
-    }
-
-    async fn try_add_storage(&self, cfg: &StorageConfig) -> Result<bool> {
-        let stored = self.stored_storages().await?;
-        if let Some(existing) = stored.get(&cfg.global_unique_name) {
-            // Exactly this storage, stored before kvcm answered `storage_type`: done already.
-            let same = serde_json::from_str::<StorageConfig>(existing)
-                .is_ok_and(|e| validate::normalized(&e) == validate::normalized(cfg));
-            if same {
-                return Ok(true);
-            }
-        } else {
-            // (An existing name is left to the script, which answers DUPLICATE_ENTITY.)
-            validate::roots_disjoint(cfg, &parse_storages(&stored))?;
-        }
-        let json = serde_json::to_string(cfg).map_err(|e| Error::internal(e.to_string()))?;
-        let k = &self.keys;
-        let mut args: Vec<&str> = vec![&cfg.global_unique_name, &json];
-        args.extend(stored.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
-        self.storage_write(
-            &scripts::REGISTRY_ADD_STORAGE,
-            &[&k.version, &k.storages, &k.storage_ids, &k.storage_id_seq],
-            &args,
-        )
-        .await
-    }
-
-    /// The stored storage configs, name → JSON, read fresh (not from the cached snapshot). The
-    /// roots check runs against them, and the add/update scripts refuse to write if the hash
-    /// changed meanwhile, so two admins adding nested roots at once cannot both pass the check.
-    async fn stored_storages(&self) -> Result<BTreeMap<String, String>> {
-        Ok(redis::cmd("HGETALL").arg(&self.keys.storages).query_async(&mut self.conn()).await?)
-    }
-
-    /// Replaces a storage's config. Changing where its blocks live (type, root path, mount
-    /// point, mooncake master…) requires `force`: blocks already written there would no longer
-    /// be found by their URIs.
-    pub async fn update_storage(&self, mut cfg: StorageConfig, force: bool) -> Result<()> {
-        validate::storage(&self.lookup_limits, &mut cfg)?;
-        retry_on_conflict(|| self.try_update_storage(&cfg, force)).await
-    }
-
-    async fn try_update_storage(&self, cfg: &StorageConfig, force: bool) -> Result<bool> {
-        let name = cfg.global_unique_name.clone();
-        let k = &self.keys;
-        let mut others = self.stored_storages().await?;
-        let Some(current) = others.remove(&name) else {
-            return Err(Error::invalid(format!("storage '{name}' does not exist; add it with addStorage")));
-        };
-        let old: StorageConfig = serde_json::from_str(&current).map_err(|e| Error::internal(e.to_string()))?;
-        if !force && validate::storage_placement(&old) != validate::storage_placement(cfg) {
-            return Err(Error::invalid(format!(
-                "this update changes where storage '{name}' keeps its blocks (type, path or key space); \
-                 blocks already written there would be lost to kvcm. Set force_update to do it anyway"
-            )));
-        }
-        validate::roots_disjoint(cfg, &parse_storages(&others))?;
-        let json = serde_json::to_string(cfg).map_err(|e| Error::internal(e.to_string()))?;
-        let mut args: Vec<&str> = vec![&name, &current, &json];
-        args.extend(others.iter().flat_map(|(name, json)| [name.as_str(), json.as_str()]));
-        self.storage_write(&scripts::REGISTRY_UPDATE_STORAGE, &[&k.version, &k.storages], &args).await
-    }
-
-    pub async fn set_storage_available(&self, name: &str, available: bool) -> Result<()> {
-        validate::name(&self.lookup_limits, "storage_unique_name", name)?;
-        let k = &self.keys;
-        let flag = if available { "1" } else { "0" };
-        self.write(
-            &scripts::REGISTRY_SET_STORAGE_AVAILABLE,
-            &[&k.version, &k.storages, &k.storages_disabled],
-            &[name, flag],
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Records worker `worker`'s health check of a storage; the storage is unhealthy only while
-    /// no worker's verdict younger than `fresh_ms` finds it healthy. Returns whether the
-    /// storage's health changed (the version bumps only then); `None` when the storage is gone
-    /// (removed since the caller read the registry).
-    pub async fn set_storage_health(
-        &self,
-        name: &str,
-        healthy: bool,
-        worker: &str,
-        fresh_ms: u64,
-    ) -> Result<Option<bool>> {
-        let k = &self.keys;
-        let flag = if healthy { "1" } else { "0" };
-        let (now, fresh) = (crate::store::now_ms().to_string(), fresh_ms.to_string());
-        let reply = self
-            .run_reply(
-                &scripts::REGISTRY_SET_STORAGE_HEALTH,
-                &[&k.version, &k.storages, &k.storages_unhealthy, &k.storage_health],
-                &[name, flag, worker, &now, &fresh],
-            )
-            .await?;
-        if reply.0 == scripts::NO_SUCH_STORAGE {
-            return Ok(None);
-        }
-        Ok(Some(status_reply(reply)? == "1"))
-    }
-
-    pub async fn remove_storage(&self, name: &str) -> Result<()> {
-        validate::name(&self.lookup_limits, "storage_unique_name", name)?;
-        let k = &self.keys;
-        self.write(
-            &scripts::REGISTRY_REMOVE_STORAGE,
-            &[
-                &k.version,
-                &k.storages,
-                &k.storages_disabled,
-                &k.groups,
-                &k.storage_ids,
-                &k.storages_unhealthy,
-                &k.removed("storage", name),
-                &k.removed_storages,
-            ],
-            &[name, &crate::keys::call_id()],
-        )
-        .await
-        .map(drop)
-    }
-
-    /// The configuration a removed storage had, by id (`removed_storages`): for deleting files a
-    /// straggler left on it. `None` for ids never removed.
-    pub async fn removed_storage(&self, id: u16) -> Result<Option<StorageConfig>> {
-        let json: Option<String> =
-            redis::cmd("HGET").arg(&self.keys.removed_storages).arg(id).query_async(&mut self.conn()).await?;
-        json.map(|j| serde_json::from_str(&j).map_err(|e| Error::internal(format!("removed storage {id}: {e}"))))
-            .transpose()
-    }
-
-    pub async fn list_storages(&self) -> Result<Vec<StorageConfig>> {
-        Ok(self.current().await?.storages.values().cloned().collect())
-    }
-
-    // ---- instance groups ----
-
-    pub async fn create_group(&self, g: InstanceGroup) -> Result<()> {
-        let json = validate::group(&self.limits, &g)?;
-        let k = &self.keys;
-        // Candidates that do not exist yet are accepted (Tair does): skipped for writes until added.
-        self.write(&scripts::REGISTRY_CREATE_GROUP, &[&k.version, &k.groups], &[&g.name, &json]).await.map(drop)
-    }
-
-    /// Optimistic update: the stored version must equal `current_version`, and the new group's
-    /// version must be larger.
-    pub async fn update_group(&self, g: InstanceGroup, current_version: i64) -> Result<()> {
-        let json = validate::group(&self.lookup_limits, &g)?;
-        if g.version <= current_version {
-            return Err(Error::invalid(format!(
-                "instance_group.version ({}) must be larger than current_version ({current_version})",
-                g.version
-            )));
-        }
-        let cur = current_version.to_string();
-        let k = &self.keys;
-        self.write(&scripts::REGISTRY_UPDATE_GROUP, &[&k.version, &k.groups], &[&g.name, &json, &cur]).await.map(drop)
-    }
-
-    pub async fn remove_group(&self, name: &str) -> Result<()> {
-        validate::name(&self.lookup_limits, "name", name)?;
-        let k = &self.keys;
-        self.write(
-            &scripts::REGISTRY_REMOVE_GROUP,
-            &[&k.version, &k.groups, &k.group_instances, &k.removed("group", name)],
-            &[name, &crate::keys::call_id()],
-        )
-        .await
-        .map(drop)
-    }
-
-    pub async fn get_group(&self, name: &str) -> Result<InstanceGroup> {
-        validate::name(&self.lookup_limits, "name", name)?;
-        self.current()
-            .await?
-            .groups
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::invalid(format!("instance group '{name}' does not exist")))
-    }
-
-    pub async fn list_groups(&self) -> Result<Vec<InstanceGroup>> {
-        Ok(self.current().await?.groups.values().cloned().collect())
-    }
-
     /// The snapshot, refreshed first (what admin-plane reads answer from).
     pub async fn current(&self) -> Result<Arc<Snapshot>> {
         self.refresh().await?;
         Ok(self.snapshot())
-    }
-
-    // ---- instances ----
-
-    /// Registers an instance (idempotent for an identical registration) and returns the
-    /// `storage_configs` JSON string of its group's candidate storages.
-    pub async fn register_instance(&self, req: &RegisterInstanceRequest) -> Result<String> {
-        self.register_instance_as(req, |_| Ok(())).await
-    }
-
-    /// [`Registry::register_instance`] for a caller that may not see every instance: when the id
-    /// is taken, `may_see` is asked about the stored registration (as the script read it) before
-    /// the DUPLICATE_ENTITY message names any of its fields.
-    pub async fn register_instance_as(
-        &self,
-        req: &RegisterInstanceRequest,
-        may_see: impl Fn(&InstanceInfo) -> Result<()>,
-    ) -> Result<String> {
-        // A re-registration (idempotent) is checked against the caps of what exists: lowering a
-        // bound must not keep an engine that registered under a higher one from restarting.
-        let existing = self.snapshot().instances.contains_key(&req.instance_id);
-        let mut info = validate::registration(if existing { &self.lookup_limits } else { &self.limits }, req)?;
-        let name = &req.instance_group;
-        let Some(group) = self.lookup(Kind::Group, name, |s| s.groups.get(name).cloned()).await? else {
-            return Err(Error::invalid(format!(
-                "instance group '{name}' does not exist; create it with createInstanceGroup"
-            )));
-        };
-        info.quota_group_name = group.global_quota_group_name.clone();
-        let fp = validate::fingerprint(&info);
-        let json = serde_json::to_string(&info).map_err(|e| Error::internal(e.to_string()))?;
-        let k = &self.keys;
-        let res = self
-            .write(
-                &scripts::REGISTRY_REGISTER_INSTANCE,
-                &[&k.version, &k.groups, &k.group_instances, &k.instances, &k.instance_fp],
-                &[&info.instance_id, &info.instance_group_name, &json, &fp],
-            )
-            .await;
-        match res {
-            Ok(_) => Ok(self.storage_configs(&info.instance_group_name)),
-            Err(Error::Status { code: StatusCode::DUPLICATE_ENTITY, message }) => {
-                let stored = serde_json::from_str::<InstanceInfo>(&message).ok();
-                if let Some(stored) = &stored {
-                    may_see(stored)?;
-                }
-                let diff = stored.map(|stored| validate::registration_diff(&stored, &info)).unwrap_or_default();
-                Err(Error::status(
-                    StatusCode::DUPLICATE_ENTITY,
-                    format!(
-                        "instance '{}' is already registered with a different {}; remove it first or use another instance_id",
-                        info.instance_id,
-                        if diff.is_empty() { "configuration".to_string() } else { diff.join(", ") }
-                    ),
-                ))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The group's candidate storages as Tair-format JSON text.
-    pub fn storage_configs(&self, group: &str) -> String {
-        let snap = self.snapshot();
-        let list: Vec<_> = snap.group_storages(group).into_iter().map(tair_format::storage_to_value).collect();
-        serde_json::Value::Array(list).to_string()
-    }
-
-    /// Removes an instance from the registry. `group`, if not empty, must be its group.
-    pub async fn remove_instance(&self, id: &str, group: &str) -> Result<String> {
-        validate::instance_id(&self.lookup_limits, id)?;
-        let k = &self.keys;
-        self.write(
-            &scripts::REGISTRY_REMOVE_INSTANCE,
-            &[&k.version, &k.group_instances, &k.instances, &k.instance_fp, &k.removed("instance", id)],
-            &[id, group, &crate::keys::call_id()],
-        )
-        .await
-    }
-
-    /// Instances of one group, or of all groups when `group` is empty, sorted by id.
-    pub async fn list_instances(&self, group: &str) -> Result<Vec<InstanceInfo>> {
-        let snap = self.current().await?;
-        if !group.is_empty() && !snap.groups.contains_key(group) {
-            return Err(Error::invalid(format!("instance group '{group}' does not exist")));
-        }
-        let mut out: Vec<InstanceInfo> = snap
-            .instances
-            .values()
-            .filter(|i| group.is_empty() || i.instance_group_name == group)
-            .map(|i| (**i).clone())
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
     }
 
     // ---- startup ----
