@@ -8,11 +8,60 @@
 //! [`EventLog::sync`] once it has answered its last request, so that every queued event is on
 //! disk before the process exits (the writer thread would otherwise die with it).
 
-use serde_json::Value;
+use kvcm_core::wire::WireBlockMask;
+use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+
+/// One line of the log: what kvcm-optimizer's `--format kvcm` reads (`source`, `type`,
+/// `trigger_time_us`, `keys`; optimizer/src/trace/event_log.rs) and the request's other fields.
+/// Every event has all nine fields; those its type does not have are empty (`""`, `0`, `[]`,
+/// `null`).
+#[derive(Debug, Serialize)]
+pub struct Event<'a> {
+    /// The instance.
+    pub source: &'a str,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    /// When the frontend took the request (µs since the epoch: [`now_us`]).
+    pub trigger_time_us: u64,
+    pub query_type: &'a str,
+    pub keys: &'a [i64],
+    pub block_mask: Option<&'a WireBlockMask>,
+    pub sw_size: i32,
+    pub write_session_id: &'a str,
+    pub success_blocks: Option<&'a WireBlockMask>,
+}
+
+/// The requests the log records.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub enum EventKind {
+    #[serde(rename = "getCacheLocation")]
+    GetCacheLocation,
+    #[serde(rename = "startWriteCache")]
+    StartWriteCache,
+    #[serde(rename = "finishWriteCache")]
+    FinishWriteCache,
+}
+
+impl<'a> Event<'a> {
+    /// An event of `kind` for `source` now, every other field empty.
+    pub fn new(kind: EventKind, source: &'a str) -> Event<'a> {
+        Event {
+            source,
+            kind,
+            trigger_time_us: now_us(),
+            query_type: "",
+            keys: &[],
+            block_mask: None,
+            sw_size: 0,
+            write_session_id: "",
+            success_blocks: None,
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct EventLog {
@@ -66,9 +115,10 @@ impl EventLog {
         Ok(EventLog { tx, dropped })
     }
 
-    /// Queues one event; never blocks.
-    pub fn emit(&self, event: Value) {
-        match self.tx.try_send(Message::Line(event.to_string())) {
+    /// Queues one event (rendered here, as one JSON line); never blocks.
+    pub fn emit(&self, event: &impl Serialize) {
+        let Ok(line) = serde_json::to_string(event) else { return self.dropped.inc() };
+        match self.tx.try_send(Message::Line(line)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.dropped.inc(),
         }
@@ -157,7 +207,7 @@ mod tests {
         let log =
             EventLog::open(path.to_str().unwrap(), 1, 20, prometheus::IntCounter::new("d", "d").unwrap()).unwrap();
         for i in 0..500 {
-            log.emit(serde_json::json!({"i": i}));
+            log.emit(&serde_json::json!({"i": i}));
         }
         assert!(log.sync(std::time::Duration::from_secs(30)));
         let newest = std::fs::read_to_string(&path).unwrap();
@@ -174,7 +224,7 @@ mod tests {
         let log =
             EventLog::open(path.to_str().unwrap(), 4096, 2, prometheus::IntCounter::new("d", "d").unwrap()).unwrap();
         for i in 0..300 {
-            log.emit(serde_json::json!({"i": i, "pad": "x".repeat(40)}));
+            log.emit(&serde_json::json!({"i": i, "pad": "x".repeat(40)}));
         }
         drop(log);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -190,7 +240,7 @@ mod tests {
             let text = std::fs::read_to_string(dir.join(f)).unwrap();
             assert!(text.len() <= 4096, "{f} is {} bytes", text.len());
             for line in text.lines() {
-                serde_json::from_str::<Value>(line).unwrap();
+                serde_json::from_str::<serde_json::Value>(line).unwrap();
             }
         }
     }

@@ -5,7 +5,7 @@
 //! calls one data-plane function, and records metrics and the event log.
 
 use crate::auth::Caller;
-use crate::event_log::now_us;
+use crate::event_log::{Event, EventKind};
 use crate::reply::{Rendered, Reply, WireJson};
 use crate::state::AppState;
 use axum::extract::State;
@@ -16,7 +16,6 @@ use kvcm_core::registry::Snapshot;
 use kvcm_core::registry::validate;
 use kvcm_core::wire::meta::*;
 use kvcm_core::wire::{Empty, InstanceInfo, StorageType};
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -75,9 +74,14 @@ pub async fn get_cache_location(
             s.metrics.data_op("hmget_blocks", t.elapsed());
             s.metrics.lookup(&inst.instance_id, stats.requested, stats.hits, stats.matched);
             if let Some(log) = &s.events {
-                log.emit(json!({"source": inst.instance_id, "type": "getCacheLocation", "trigger_time_us": now_us(),
-                    "query_type": req.query_type.name(), "keys": blocks, "block_mask": mask.to_wire(),
-                    "sw_size": req.sw_size, "write_session_id": "", "success_blocks": null}));
+                let block_mask = mask.to_wire();
+                log.emit(&Event {
+                    query_type: req.query_type.name(),
+                    keys: &blocks,
+                    block_mask: Some(&block_mask),
+                    sw_size: req.sw_size,
+                    ..Event::new(EventKind::GetCacheLocation, &inst.instance_id)
+                });
             }
             Ok(Rendered::new(locations))
         }
@@ -183,9 +187,12 @@ pub async fn start_write_cache(
             s.metrics.written(&inst.instance_id, w.locations.len());
             let block_mask = w.mask.to_wire();
             if let Some(log) = &s.events {
-                log.emit(json!({"source": inst.instance_id, "type": "startWriteCache", "trigger_time_us": now_us(),
-                    "query_type": "", "keys": blocks, "block_mask": block_mask, "sw_size": 0,
-                    "write_session_id": w.session_id, "success_blocks": null}));
+                log.emit(&Event {
+                    keys: &blocks,
+                    block_mask: Some(&block_mask),
+                    write_session_id: &w.session_id,
+                    ..Event::new(EventKind::StartWriteCache, &inst.instance_id)
+                });
             }
             Ok(StartWriteCacheResponse { write_session_id: w.session_id, block_mask, locations: w.locations })
         }
@@ -205,9 +212,11 @@ pub async fn finish_write_cache(
             s.data.finish_write_cache(&inst.instance_id, &req.write_session_id, req.success_blocks.as_ref()).await?;
             s.metrics.data_op("finish_write_cache", t.elapsed());
             if let Some(log) = &s.events {
-                log.emit(json!({"source": inst.instance_id, "type": "finishWriteCache", "trigger_time_us": now_us(),
-                    "query_type": "", "keys": [], "block_mask": null, "sw_size": 0,
-                    "write_session_id": req.write_session_id, "success_blocks": req.success_blocks}));
+                log.emit(&Event {
+                    write_session_id: &req.write_session_id,
+                    success_blocks: req.success_blocks.as_ref(),
+                    ..Event::new(EventKind::FinishWriteCache, &inst.instance_id)
+                });
             }
             Ok(Empty {})
         }
