@@ -5,8 +5,9 @@
 //! when the channel is full (the disk cannot keep up) events are dropped and counted in
 //! `kvcm_event_log_dropped_total`. The file is rotated at `event_log_max_bytes`: `path` →
 //! `path.1` → … → `path.<max_files>` (the oldest is removed). A stopping frontend calls
-//! [`EventLog::sync`] once it has answered its last request, so that every queued event is on
-//! disk before the process exits (the writer thread would otherwise die with it).
+//! [`EventLog::sync`] once it has answered its last request, so that every queued event is in
+//! the file (written and flushed to the OS; not fsynced) before the process exits: the writer
+//! thread would otherwise die with it.
 
 use kvcm_core::wire::WireBlockMask;
 use serde::Serialize;
@@ -73,8 +74,8 @@ pub struct EventLog {
 #[derive(Debug)]
 enum Message {
     Line(String),
-    /// Write and flush everything queued before this, then answer.
-    Sync(SyncSender<()>),
+    /// Write and flush everything queued before this, then answer whether all of it was.
+    Sync(SyncSender<bool>),
 }
 
 impl EventLog {
@@ -93,22 +94,21 @@ impl EventLog {
         let size = file.metadata()?.len();
         let (tx, rx) = sync_channel::<Message>(65536);
         std::thread::Builder::new().name("kvcm-event-log".into()).spawn(move || {
-            let mut w = Writer { path, max_bytes, max_files, out: BufWriter::new(file), size };
-            let mut synced = Vec::new();
+            let mut w = Writer { path, max_bytes, max_files, out: BufWriter::new(file), size, failed: false };
             while let Ok(first) = rx.recv() {
-                // Drain what is queued, then flush once (and answer the syncs among it).
+                // Drain what is queued, then flush once; a sync flushes and answers at once.
                 let mut next = Some(first);
                 while let Some(message) = next {
                     match message {
                         Message::Line(line) => w.write(&line),
-                        Message::Sync(done) => synced.push(done),
+                        Message::Sync(done) => {
+                            let flushed = w.out.flush().is_ok();
+                            let _ = done.send(flushed && !std::mem::take(&mut w.failed));
+                        }
                     }
                     next = rx.try_recv().ok();
                 }
                 let _ = w.out.flush();
-                for done in synced.drain(..) {
-                    let _ = done.send(());
-                }
             }
             let _ = w.out.flush();
         })?;
@@ -125,8 +125,9 @@ impl EventLog {
     }
 
     /// Blocks, for at most `bound`, until every event queued before this call is written and
-    /// flushed; whether it was. (A full queue is waited for too: this is for a stopping
-    /// frontend, whose requests no longer emit.)
+    /// flushed to the file; whether it was (false also when a write since the last sync
+    /// failed). A full queue is waited for too: this is for a stopping frontend, whose requests
+    /// no longer emit.
     pub fn sync(&self, bound: std::time::Duration) -> bool {
         let (done, answer) = sync_channel(1);
         let deadline = std::time::Instant::now() + bound;
@@ -144,7 +145,7 @@ impl EventLog {
                 }
             }
         }
-        answer.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok()
+        answer.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).unwrap_or(false)
     }
 }
 
@@ -154,6 +155,8 @@ struct Writer {
     max_files: u32,
     out: BufWriter<File>,
     size: u64,
+    /// A line could not be written since the last sync.
+    failed: bool,
 }
 
 impl Writer {
@@ -163,6 +166,8 @@ impl Writer {
         }
         if writeln!(self.out, "{line}").is_ok() {
             self.size += line.len() as u64 + 1;
+        } else {
+            self.failed = true;
         }
     }
 

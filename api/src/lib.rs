@@ -39,6 +39,7 @@ use axum::middleware::from_fn;
 use axum::response::Response;
 use kvcm_core::config::{Config, LambdaPlane};
 use kvcm_core::registry::Registry;
+use kvcm_core::store::get_cache_location::FlushedHits;
 use kvcm_core::wire::StatusCode;
 use redis::cluster_async::ClusterConnection;
 use std::future::Future;
@@ -390,8 +391,11 @@ impl Server {
 
     /// Serves both planes, refreshes the registry and checks Valkey's health until `shutdown`
     /// completes; then stops accepting, lets in-flight requests finish (for at most
-    /// `request_timeout_ms`, the most any request may take), sends the `adaptive` hit counts
-    /// still pending ([`kvcm_core::store::DataPlane::flush_pending_hits`]) and returns.
+    /// `request_timeout_ms`, the most any request may take) and their read hints (recency,
+    /// `adaptive` hit counts; [`kvcm_core::store::DataPlane::hints_settled`]), and, at once,
+    /// writes the event log's queued events ([`event_log::EventLog::sync`]) and sends the hit
+    /// counts still pending ([`kvcm_core::store::DataPlane::flush_pending_hits`]); returns. Past
+    /// the drain, each step is bounded by `valkey_timeout_ms`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (meta_router, admin_router) = (self.meta_router(), self.admin_router());
         let config = self.state.config.clone();
@@ -444,7 +448,8 @@ impl Server {
         tracing::info!("shutting down: draining in-flight requests");
         let _ = tx.send(true);
         meta.await?;
-        self.serving.stop(limits.drain_timeout + Duration::from_secs(1)).await;
+        // Each thread also lets its read hints under way finish, for at most valkey_timeout_ms.
+        self.serving.stop(limits.drain_timeout + valkey_timeout + Duration::from_secs(1)).await;
         admin.await?;
         // gRPC drains like HTTP, within request_timeout_ms; a connection still open after that
         // (one that never finished its HTTP/2 handshake, say) does not keep the process alive.
@@ -459,29 +464,35 @@ impl Server {
                 }
             }
         }
-        // Events of the answered requests, still queued for the event log's writer thread.
-        if let Some(events) = self.state.events.clone() {
-            let bound = valkey_timeout;
-            match tokio::task::spawn_blocking(move || events.sync(bound)).await {
+        // What answered requests left behind, both at once (each within valkey_timeout_ms):
+        // events still queued for the event log's writer thread, and hit counts (HTTP and gRPC
+        // reads) waiting for their batch (HIT_FLUSH) — gRPC reads ran on this runtime, so their
+        // touches finish first.
+        let events = self.state.events.clone();
+        let sync_events = async move {
+            let Some(events) = events else { return };
+            match tokio::task::spawn_blocking(move || events.sync(valkey_timeout)).await {
                 Ok(true) => {}
-                _ => tracing::warn!("the event log's last events were not all written within {bound:?}"),
+                _ => tracing::warn!("the event log's last events were not all written within {valkey_timeout:?}"),
             }
-        }
-        // Hit counts of answered reads (HTTP and gRPC) that were waiting for their batch
-        // (HIT_FLUSH): sent now, not lost with the timers of the runtimes that held them. gRPC
-        // reads ran on this runtime: their touches finish first.
-        self.state.data.hints_settled(valkey_timeout).await;
-        match self.state.data.flush_pending_hits(valkey_timeout).await {
-            kvcm_core::store::get_cache_location::FlushedHits { counted: 0, lost: 0 } => {}
-            kvcm_core::store::get_cache_location::FlushedHits { counted, lost: 0 } => {
-                tracing::info!(hits = counted, "sent the adaptive hit counts still pending")
+        };
+        let send_hits = async {
+            if !self.state.data.hints_settled(valkey_timeout).await {
+                tracing::warn!("gRPC reads' hints still being written after {valkey_timeout:?}: their hits are lost");
             }
-            flushed => tracing::warn!(
-                counted = flushed.counted,
-                lost = flushed.lost,
-                "adaptive hit counts still pending at shutdown were not all sent (hints: no read is affected)"
-            ),
-        }
+            match self.state.data.flush_pending_hits(valkey_timeout).await {
+                FlushedHits { counted: 0, lost: 0 } => {}
+                FlushedHits { counted, lost: 0 } => {
+                    tracing::info!(hits = counted, "sent the adaptive hit counts still pending")
+                }
+                FlushedHits { counted, lost } => tracing::warn!(
+                    counted,
+                    lost,
+                    "adaptive hit counts still pending at shutdown were not all sent (hints: no read is affected)"
+                ),
+            }
+        };
+        tokio::join!(sync_events, send_hits);
         refresher.abort();
         checker.abort();
         Ok(())

@@ -371,7 +371,7 @@ impl ScrapedCounters {
             ),
             ScrapedCounters::new(
                 "kvcm_adaptive_hits_total",
-                "Hits of adaptive groups' reads whose counts reached Valkey (counted), or whose batch failed or was cut off by shutdown (lost)",
+                "Hits of adaptive groups' reads whose counts reached Valkey (counted), or whose batch failed or was dropped unanswered (lost)",
                 "outcome",
                 move || {
                     vec![

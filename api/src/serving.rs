@@ -99,7 +99,9 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel();
         let flag = Arc::new(AtomicBool::new(true));
-        let (access, guard, data) = (access.clone(), Alive(flag.clone()), state.data.clone());
+        // The thread's own data plane, once built on its connection (below): what it waits on.
+        let (data_tx, data_rx) = oneshot::channel::<kvcm_core::store::DataPlane>();
+        let (access, guard) = (access.clone(), Alive(flag.clone()));
         std::thread::Builder::new()
             .name(format!("kvcm-serve-{i}"))
             .spawn(move || {
@@ -124,9 +126,11 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
                     // Serves the connections handed to this runtime until told to stop (or the
                     // frontend is dropped).
                     let _ = stop_rx.await;
-                    // Read hints still being written (a touch, a batch of hit counts) finish
-                    // before the runtime drops their tasks.
-                    if !data.hints_settled(hints_bound).await {
+                    // This thread's read hints still being written (a touch, a batch of hit
+                    // counts) finish before the runtime drops their tasks.
+                    if let Ok(data) = data_rx.await
+                        && !data.hints_settled(hints_bound).await
+                    {
                         tracing::warn!("read hints still being written after {hints_bound:?}: dropped");
                     }
                 });
@@ -135,18 +139,20 @@ pub async fn spawn(n: usize, state: &AppState) -> anyhow::Result<Threads> {
                 let _ = done_tx.send(());
             })
             .with_context(|| format!("cannot start serving thread {i}"))?;
-        ready.push(ready_rx);
+        ready.push((ready_rx, data_tx));
         stops.push(stop_tx);
         done.push(done_rx);
         alive.push(flag);
     }
     let mut targets = Vec::with_capacity(n);
-    for (i, (ready, alive)) in ready.into_iter().zip(alive).enumerate() {
+    for (i, ((ready, data_tx), alive)) in ready.into_iter().zip(alive).enumerate() {
         let (runtime, conn) = ready
             .await
             .context("a serving thread stopped before connecting")?
             .with_context(|| format!("serving thread {i} cannot connect to the Valkey cluster"))?;
-        let router = crate::meta_router(&state.with_connection(conn));
+        let thread_state = state.with_connection(conn);
+        let _ = data_tx.send(thread_state.data.clone());
+        let router = crate::meta_router(&thread_state);
         targets.push(ServingThread { runtime, router, open: open.with_label_values(&[&i.to_string()]), alive });
     }
     // `kvcm_serving_thread_busy_seconds_total{thread}`: a thread that carries more than its

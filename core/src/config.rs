@@ -463,8 +463,12 @@ impl Config {
         {
             return bad("namespace", "must be non-empty and use only letters, digits, '-', '_' and '.'");
         }
-        if self.valkey_timeout_ms == 0 || self.valkey_connect_timeout_ms == 0 {
-            return bad("valkey_timeout_ms", "timeouts must be positive");
+        // Upper bounds keep deadlines (now + timeout) far from Instant overflow.
+        if !(1..=86_400_000).contains(&self.valkey_timeout_ms) {
+            return bad("valkey_timeout_ms", "must be within 1..=86400000 (one day)");
+        }
+        if !(1..=86_400_000).contains(&self.valkey_connect_timeout_ms) {
+            return bad("valkey_connect_timeout_ms", "must be within 1..=86400000 (one day)");
         }
         if self.max_body_bytes < 1024 {
             return bad("max_body_bytes", "must be at least 1024");
@@ -472,8 +476,8 @@ impl Config {
         if self.max_inflight_body_bytes < self.max_body_bytes || self.max_inflight_body_bytes > 1 << 40 {
             return bad("max_inflight_body_bytes", "must be within max_body_bytes..=1 TiB");
         }
-        if self.request_timeout_ms == 0 {
-            return bad("request_timeout_ms", "must be positive");
+        if !(1..=86_400_000).contains(&self.request_timeout_ms) {
+            return bad("request_timeout_ms", "must be within 1..=86400000 (one day)");
         }
         // Connection handling and health checks. Upper bounds keep deadlines (now + timeout) far
         // from Instant overflow.
@@ -761,6 +765,15 @@ mod tests {
         assert!(e.contains("meta_prot"), "{e}");
         let e = Config::load_from(None, &env(&[("KVCM_MAX_SPEC_GROUPS_PER_INSTANCE", "254")])).unwrap_err().to_string();
         assert!(e.contains("max_spec_groups_per_instance"), "{e}");
+        // Timeouts that would overflow a deadline (now + timeout) at shutdown are refused.
+        for key in ["valkey_timeout_ms", "valkey_connect_timeout_ms", "request_timeout_ms"] {
+            let var = format!("KVCM_{}", key.to_uppercase());
+            for bad in ["0", "86400001", "9000000000000000000"] {
+                let e = Config::load_from(None, &env(&[(&var, bad)])).unwrap_err().to_string();
+                assert!(e.contains(key), "{key}={bad}: {e}");
+            }
+            assert!(Config::load_from(None, &env(&[(&var, "86400000")])).is_ok(), "{key} at its bound");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::wire::admin::StorageConfig;
 use crate::wire::{CacheLocation, InstanceInfo};
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 crate::wire_enum! {
     pub enum QueryType { QT_UNSPECIFIED = 0, QT_BATCH_GET = 1, QT_PREFIX_MATCH = 2, QT_REVERSE_ROLL_SW_MATCH = 3 }
@@ -592,8 +592,8 @@ impl DataPlane {
         let field = block_field(block);
         let now = now_ms();
         let pending = self.pending_hits.clone();
-        let hints = self.read_hints.clone();
-        let sending = Sending::start(&hints);
+        let (hints, in_flight) = (self.read_hints.clone(), self.hints_in_flight.clone());
+        let sending = Sending::start(&in_flight);
         tokio::spawn(async move {
             let mut pipe = redis::pipe();
             let hit = leaf && keeps == Keeps::Hits;
@@ -631,8 +631,11 @@ impl DataPlane {
                     Added::First => {
                         drop(sending);
                         tokio::time::sleep(HIT_FLUSH).await;
+                        // Under way again before the batch leaves `pending`, so that a stopping
+                        // frontend finds it in one place or the other.
+                        let sending = Sending::start(&in_flight);
                         match pending.take(&keys.adaptive) {
-                            Some(batch) => (batch, Sending::start(&hints)),
+                            Some(batch) => (batch, sending),
                             None => return, // taken full in the meantime
                         }
                     }
@@ -642,12 +645,12 @@ impl DataPlane {
         });
     }
 
-    /// Waits, for at most `bound`, until no read hint is being written (a read's touch pipeline,
-    /// or a batch of hit counts being sent): what a serving thread does before its runtime, and
-    /// the tasks on it, are dropped. Whether none was left.
+    /// Waits, for at most `bound`, until no read hint of this data plane's connection is being
+    /// written (a read's touch pipeline, or a batch of hit counts being sent): what a serving
+    /// thread does before its runtime, and the tasks on it, are dropped. Whether none was left.
     pub async fn hints_settled(&self, bound: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + bound;
-        while self.read_hints.in_flight.load(Relaxed) > 0 {
+        while self.hints_in_flight.load(Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
@@ -658,24 +661,25 @@ impl DataPlane {
 
     /// Sends every hit count still waiting in [`PendingHits`] now, all instances' batches at once,
     /// without waiting for [`HIT_FLUSH`]: what a frontend does once it has stopped serving (after
-    /// [`DataPlane::hints_settled`]), so that a stop loses no hit of an answered read — but for a
-    /// batch that was being sent when its serving thread stopped, or a touch still under way
-    /// after the serving thread's bound. Batches not sent by `deadline` count as lost.
-    pub async fn flush_pending_hits(&self, deadline: std::time::Duration) -> FlushedHits {
+    /// [`DataPlane::hints_settled`] on every runtime that served reads), so that a stop loses no
+    /// hit of an answered read — but for a batch that was being sent when its runtime was
+    /// dropped, or a touch still under way past its runtime's bound (its hit lands in
+    /// `PendingHits` after this took them). Batches not answered within `bound` are lost (some
+    /// may have been applied all the same).
+    pub async fn flush_pending_hits(&self, bound: std::time::Duration) -> FlushedHits {
         let batches = self.pending_hits.take_all();
         let total: u64 = batches.iter().map(|(_, b)| u64::from(b.events)).sum();
-        let (counted, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let counted = AtomicU64::new(0);
         let sends = batches.iter().map(|(key, batch)| {
-            let (mut conn, counted, failed) = (self.conn(), &counted, &failed);
+            let (mut conn, counted) = (self.conn(), &counted);
             async move {
-                let outcome = if batch.send(key, &mut conn, &self.read_hints).await { counted } else { failed };
-                outcome.fetch_add(u64::from(batch.events), Relaxed);
+                if batch.send(key, &mut conn, &self.read_hints).await {
+                    counted.fetch_add(u64::from(batch.events), Relaxed);
+                }
             }
         });
-        let _ = tokio::time::timeout(deadline, futures::future::join_all(sends)).await;
-        let (counted, failed) = (counted.into_inner(), failed.into_inner());
-        // A failed batch is counted lost by `send`; one the deadline cut off is counted here.
-        self.read_hints.hits_lost.fetch_add(total - counted - failed, Relaxed);
+        let _ = tokio::time::timeout(bound, futures::future::join_all(sends)).await;
+        let counted = counted.into_inner();
         FlushedHits { counted, lost: total - counted }
     }
 }
@@ -688,19 +692,21 @@ pub struct FlushedHits {
     pub lost: u64,
 }
 
-/// A read hint being written (`ReadHints::in_flight`) while this lives.
-struct Sending(Arc<ReadHints>);
+/// A read hint being written (counted in a data plane's `hints_in_flight`) while this lives.
+struct Sending(Arc<AtomicUsize>);
 
 impl Sending {
-    fn start(hints: &Arc<ReadHints>) -> Sending {
-        hints.in_flight.fetch_add(1, Relaxed);
-        Sending(hints.clone())
+    fn start(in_flight: &Arc<AtomicUsize>) -> Sending {
+        in_flight.fetch_add(1, Relaxed);
+        Sending(in_flight.clone())
     }
 }
 
 impl Drop for Sending {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Relaxed);
+        // Release: what the hint's task did before (a hit added to `PendingHits`) is seen by
+        // whoever reads the count 0 ([`DataPlane::hints_settled`], Acquire).
+        self.0.fetch_sub(1, Release);
     }
 }
 
@@ -713,17 +719,15 @@ pub struct ReadHints {
     pub recency_failed: AtomicU64,
     /// `adaptive` hits whose counts reached Valkey.
     pub hits_counted: AtomicU64,
-    /// `adaptive` hits whose counts did not: their batch failed, or a stopping frontend's last
-    /// flush ran out of time for it.
+    /// `adaptive` hits whose counts did not: their batch failed, or was dropped unanswered
+    /// (its runtime stopped, or a stopping frontend's last flush ran out of time).
     pub hits_lost: AtomicU64,
     /// Batches of hit counts that failed.
     pub hit_batches_failed: AtomicU64,
-    /// Hints being written right now ([`DataPlane::hints_settled`]).
-    in_flight: AtomicUsize,
 }
 
 /// How long a hit of an `adaptive` group waits for others of its instance before its count goes
-/// to Valkey: a frontend that is killed loses at most this much of its hits' counts (statistics
+/// to Valkey: a frontend that is killed loses about this much of its hits' counts (statistics
 /// the policy learns from, not state; the worker's learning step waits for 2,048 events).
 pub(crate) const HIT_FLUSH: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -798,15 +802,27 @@ impl HitBatch {
         pipe
     }
 
-    /// Counts the batch in Valkey; whether it was, with the outcome in `hints`.
+    /// Counts the batch in Valkey; whether it was, with the outcome in `hints` (a send dropped
+    /// before its answer counts its hits lost).
     async fn send(&self, adaptive_key: &str, conn: &mut ClusterConnection, hints: &ReadHints) -> bool {
-        match self.pipeline(adaptive_key).query_async::<()>(conn).await {
+        /// Counts the batch's hits lost unless defused: a send dropped mid-way.
+        struct Unanswered<'a>(&'a ReadHints, u64);
+        impl Drop for Unanswered<'_> {
+            fn drop(&mut self) {
+                self.0.hits_lost.fetch_add(self.1, Relaxed);
+            }
+        }
+        let events = u64::from(self.events);
+        let unanswered = Unanswered(hints, events);
+        let outcome = self.pipeline(adaptive_key).query_async::<()>(conn).await;
+        std::mem::forget(unanswered);
+        match outcome {
             Ok(()) => {
-                hints.hits_counted.fetch_add(u64::from(self.events), Relaxed);
+                hints.hits_counted.fetch_add(events, Relaxed);
                 true
             }
             Err(e) => {
-                hints.hits_lost.fetch_add(u64::from(self.events), Relaxed);
+                hints.hits_lost.fetch_add(events, Relaxed);
                 hints.hit_batches_failed.fetch_add(1, Relaxed);
                 tracing::debug!(error = %e, hits = self.events, "adaptive hit counts failed (hints; the reads succeeded)");
                 false

@@ -64,6 +64,9 @@ pub struct DataPlane {
     pending_hits: Arc<get_cache_location::PendingHits>,
     /// How the read hints sent after answering fared (counters the frontend's metrics read).
     pub read_hints: Arc<get_cache_location::ReadHints>,
+    /// Read hints being written by tasks of this data plane's runtime
+    /// ([`DataPlane::hints_settled`]): one counter per connection, i.e. per serving thread.
+    hints_in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Instances whose key names [`DataPlane::keys`] keeps (and whose reporters and reporter copies
@@ -93,6 +96,7 @@ impl DataPlane {
             reporter_reads: Default::default(),
             pending_hits: Default::default(),
             read_hints: Default::default(),
+            hints_in_flight: Default::default(),
         }
     }
 
@@ -138,10 +142,10 @@ impl DataPlane {
     }
 
     /// This data plane on another connection to the same cluster, sharing everything else
-    /// (caches, settings, counters): a serving thread's own connection, whose tasks run on that
-    /// thread (`kvcm_api::serving`).
+    /// (caches, settings, counters) but the count of its read hints under way: a serving
+    /// thread's own connection, whose tasks run on that thread (`kvcm_api::serving`).
     pub fn with_connection(&self, conn: ClusterConnection) -> DataPlane {
-        DataPlane { conn, ..self.clone() }
+        DataPlane { conn, hints_in_flight: Default::default(), ..self.clone() }
     }
 
     /// This data plane with its write scripts waiting for replicas ([`durability::ReplicaAck`]).

@@ -265,7 +265,9 @@ resource "aws_ecs_task_definition" "this" {
       # kvcm keeps up to 2 x max_connections (4096) sockets open.
       ulimits         = [{ name = "nofile", softLimit = 16384, hardLimit = 16384 }]
       linuxParameters = { capabilities = { drop = ["ALL"] } }
-      # kvcm drains in-flight requests for request_timeout_ms (10 s) on SIGTERM.
+      # On SIGTERM kvcm drains in-flight requests for request_timeout_ms (10 s), then lets read
+      # hints finish and writes what is queued (event log, hit counts), each step within
+      # valkey_timeout_ms (2 s): 20 s covers both.
       stopTimeout = 20
       healthCheck = {
         command     = ["CMD", "/usr/local/bin/kvcm-healthcheck"]
