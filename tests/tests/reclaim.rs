@@ -78,3 +78,45 @@ async fn a_group_over_its_total_and_its_type_quota_loses_exactly_the_excess_and_
     let snap = w.registry.snapshot();
     assert_eq!(kvcm_worker::reclaimer::reclaim_group(&w, &snap, &snap.groups["g"]).await.unwrap(), 0);
 }
+
+/// Every `adaptive` eviction round starts with the policy's learning step, and
+/// `kvcm_worker_adaptive_steps_total{outcome}` counts how each went: not due while fewer than
+/// 2,048 hits and evictions were counted since the last step, learned once they were.
+#[tokio::test]
+async fn adaptive_rounds_count_their_learning_steps() {
+    let quota = json!({
+        "quota": {"capacity": 10_240},
+        "cache_config": {"reclaim_strategy": {"reclaim_policy": "POLICY_ADAPTIVE", "trigger_strategy": {"used_percentage": 0.5}}}
+    });
+    let fx = Fixture::new(&[("tp0", 1024)], 1, quota).await;
+    let env = [("KVCM_VALKEY_URL".to_string(), valkey_url())];
+    let mut config = kvcm_core::config::Config::load_from(None, &env).unwrap().0;
+    config.namespace = fx.api.namespace.clone();
+    let w = kvcm_worker::connect(config).await.unwrap();
+    let steps = |outcome: &str| w.metrics.adaptive_steps.with_label_values(&[outcome]).get();
+    let round = || async {
+        let snap = w.registry.snapshot();
+        kvcm_worker::reclaimer::reclaim_group(&w, &snap, &snap.groups["g"]).await.unwrap()
+    };
+    // 8 KiB in a 10 KiB group reclaimed down to 5 KiB: a round, with nothing counted yet.
+    fx.write(&chain(0)[..8]).await;
+    assert!(round().await > 0);
+    assert_eq!((steps("not_due"), steps("learned"), steps("failed")), (1, 0, 0));
+    // Enough events counted (as reads' hits and evictions add them): the next round learns.
+    let hist = instance_key(&fx.api.namespace, &fx.instance, "adaptive");
+    let mut c = valkey().await;
+    let _: () = redis::cmd("HSET")
+        .arg(&hist)
+        .arg("events")
+        .arg(3000)
+        .arg("h5")
+        .arg(2_000_000)
+        .arg("e9")
+        .arg(1_000_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    fx.write(&chain(1)[..8]).await;
+    assert!(round().await > 0);
+    assert_eq!((steps("not_due"), steps("learned"), steps("failed")), (1, 1, 0));
+}

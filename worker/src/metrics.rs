@@ -25,6 +25,7 @@ pub struct Metrics {
     pub engine_reporters_forgotten: IntCounter,
     pub touch_entries_dropped: IntCounterVec,
     pub evictions: IntCounterVec,
+    pub adaptive_steps: IntCounterVec,
     pub leases: IntCounterVec,
     pub reclaim_seconds: Histogram,
     pub stream_length: IntGaugeVec,
@@ -86,6 +87,11 @@ impl Metrics {
                 &["index"],
             ),
             evictions: cv("kvcm_worker_evictions_total", "Blocks evicted, per policy and group", &["policy", "group"]),
+            adaptive_steps: cv(
+                "kvcm_worker_adaptive_steps_total",
+                "The adaptive policy's learning steps before an instance's eviction round: learned (a new table), not_due (fewer than 2,048 events since the last, or another worker took it) or failed (evictions went on with the stored ranks)",
+                &["outcome"],
+            ),
             leases: cv("kvcm_worker_leases_total", "Reclaim leases this worker took, per instance", &["instance"]),
             reclaim_seconds: Histogram::with_opts(HistogramOpts::new(
                 "kvcm_worker_reclaim_round_seconds",
@@ -145,6 +151,7 @@ impl Metrics {
             Box::new(m.engine_reporters_forgotten.clone()),
             Box::new(m.touch_entries_dropped.clone()),
             Box::new(m.evictions.clone()),
+            Box::new(m.adaptive_steps.clone()),
             Box::new(m.leases.clone()),
             Box::new(m.reclaim_seconds.clone()),
             Box::new(m.stream_length.clone()),

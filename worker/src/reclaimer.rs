@@ -229,9 +229,15 @@ async fn evict_instance(
             ReclaimPolicy::POLICY_ADAPTIVE => {
                 // The ranks evictions compare follow what was counted since the last round. A
                 // step that fails is retried next round; evictions go on with the stored ranks.
-                if let Err(e) = w.data.adaptive_learn(instance).await {
-                    tracing::warn!(%instance, error = %e, "adaptive learning step failed");
-                }
+                let outcome = match w.data.adaptive_learn(instance).await {
+                    Ok(0) => "not_due",
+                    Ok(_) => "learned",
+                    Err(e) => {
+                        tracing::warn!(%instance, error = %e, "adaptive learning step failed");
+                        "failed"
+                    }
+                };
+                w.metrics.adaptive_steps.with_label_values(&[outcome]).inc();
                 vec![(EvictIndex::Adaptive, None)]
             }
             ReclaimPolicy::POLICY_TTL => vec![(EvictIndex::Lru, Some(ttl_cutoff)), (EvictIndex::Lru, None)],
