@@ -22,6 +22,8 @@
 --        the first finish answered, for FINISHED_TTL_MS after it.
 -- Example: session 7 wrote B, C; ARGV[2] = "b10" -> B serving (usage +bytes, B a leaf, its
 --          parent no longer one), C's location removed and queued on `del`; reply {1, 1}.
+--          With "o2" instead (both written, the common case) the fast path below applies: B
+--          serving with one child, C serving and the new leaf, B's parent one child more.
 --          A location removed (state D) or trimmed (gone) during the write is queued for
 --          deletion here, once the engine is done writing it.
 if #KEYS ~= 8 or (#ARGV ~= 2 and #ARGV ~= 3) then return redis.error_reply('finish_write_cache: expected 8 keys, 2-3 args') end
@@ -98,6 +100,63 @@ local function index_of(key)
   end
   return at[key]
 end
+
+-- The common case, decided in one pass before any change: every location succeeded, each
+-- block's record is its one location (this session's, writing) with no serving child, and the
+-- blocks chain in session order (block j's parent is block j - 1; block 1's, if any, outside the
+-- session). Then block j < n gains one child (j + 1), block n is the one new leaf, and block 1's
+-- parent gains one: what the general path below does, without its per-block bookkeeping.
+if upto == n and n > 0 then
+  local slocs, fast = {}, true
+  for j = 1, n do
+    local rec, sloc = recs[j], session_loc(sess, j)
+    slocs[j] = sloc
+    if not rec or #rec ~= HDR + #sloc or rec:byte(10) ~= 0 or rec:byte(11) ~= 0 or rec:sub(HDR + 1) ~= sloc
+      or (j > 1 and (rec:byte(1) % 2 ~= 1 or rec:sub(2, 9) ~= skey[j - 1])) then
+      fast = false
+      break
+    end
+  end
+  local parent = fast and rec_parent(recs[1])
+  if parent == skey[1] then parent = nil end
+  if parent and index_of(parent) then fast = false end
+  if fast then
+    local sets, serving, bytes = {}, {}, 0
+    for j = 1, n do
+      local sloc = slocs[j]
+      local sv = serving[sloc]
+      if not sv then
+        sv = 'S' .. sloc:sub(2)
+        serving[sloc] = sv
+      end
+      sets[2 * j - 1] = skey[j]
+      sets[2 * j] = recs[j]:sub(1, 9) .. (j < n and '\1\0' or '\0\0') .. sv
+      bytes = bytes + session_bytes(sess, j)
+    end
+    if parent then
+      local prec = redis.call('HGET', K.blocks, parent) or rec_new(nil)
+      local c = rec_children(prec)
+      if c < 65535 then c = c + 1 end
+      prec = rec_set_children(prec, c)
+      if c == 2 and not rec_shared(prec) then prec = string.char(prec:byte(1) + 2) .. prec:sub(2) end
+      sets[#sets + 1] = parent
+      sets[#sets + 1] = prec
+      if c == 1 then
+        redis.call('ZREM', K.lru, parent)
+        redis.call('ZREM', K.lfu, parent)
+      end
+    end
+    for c = 1, #sets, 1000 do redis.call('HSET', K.blocks, unpack(sets, c, math.min(c + 999, #sets))) end
+    usage_add(K, loc_storage(slocs[1], 1), bytes, n)
+    local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
+    redis.call('ZADD', K.lru, now, skey[n])
+    redis.call('ZADD', K.lfu, 'NX', clock + 1, skey[n])
+    redis.call('SET', KEYS[2], 'F' .. struct.pack('<I4', n) .. mask_tag(ARGV[2]), 'PX', FINISHED_TTL_MS)
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return {1, n}
+  end
+end
+
 local done, used = 0, {}
 -- The serving form of each distinct location of the session, and its storage id, built once
 -- (an unpacked session's locations of one spec group are all alike).

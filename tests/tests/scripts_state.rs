@@ -650,3 +650,99 @@ async fn stale_read_bookkeeping_is_collected_step_by_step_and_serving_blocks_kee
     assert_eq!(counts.len(), 41, "40 serving blocks' counts and the foreign field");
     assert!(counts.contains_key(b"not-a-block".as_slice()));
 }
+
+/// `finish_write_cache.lua` decides the common finish — every location written (an offset
+/// mask), fresh records chained in session order — in one pass of its own. The same writes
+/// finished through the general path (a mask of all `true`s) leave exactly the same state:
+/// records (but for the seconds each location was written at), usage, the leaf indexes.
+/// Covered: a first chain, an extension under a stored leaf, a second branch under the same
+/// block (which makes it shared), a one-block session, and a session with a failed block.
+#[tokio::test]
+async fn the_fast_finish_leaves_the_state_the_general_finish_leaves() {
+    let fx = Fixture::new(&[("tp0", 100)], 1, json!({})).await;
+    let general = unique("inst");
+    let reg = json!({"instance_group": "g", "instance_id": general, "block_size": 4,
+        "location_spec_infos": [{"name": "tp0", "size": 100}], "model_deployment": {"model_name": "m", "dtype": "bf16"},
+        "location_spec_groups": [{"name": "first", "spec_names": ["tp0"]}]});
+    assert_ok(&fx.api.meta("registerInstance", reg).await);
+    let write = |instance: String, keys: Vec<i64>, fast: bool, failed: Option<usize>| {
+        let api = &fx.api;
+        async move {
+            let (_, s) = api.meta("startWriteCache", json!({"instance_id": instance, "block_keys": keys})).await;
+            assert_eq!(code(&s), "OK", "{s}");
+            let n = s["locations"].as_array().unwrap().len();
+            let success = match (fast, failed) {
+                (true, None) => json!({"offset": n}),
+                _ => json!({"bool_masks": {"values": (0..n).map(|i| Some(i) != failed).collect::<Vec<_>>()}}),
+            };
+            let (_, f) = api
+                .meta("finishWriteCache", json!({"instance_id": instance, "write_session_id": s["write_session_id"], "success_blocks": success}))
+                .await;
+            assert_eq!(code(&f), "OK", "{f}");
+        }
+    };
+    let sessions: [(Vec<i64>, Option<usize>); 5] = [
+        (vec![1, 2, 3], None),
+        (vec![1, 2, 3, 4, 5], None),
+        (vec![1, 2, 3, 6], None),
+        (vec![1, 2, 3, 4, 5, 7], None),
+        (vec![1, 2, 3, 6, 8, 9], Some(1)),
+    ];
+    for (keys, failed) in sessions {
+        write(fx.instance.clone(), keys.clone(), true, failed).await;
+        write(general.clone(), keys, false, failed).await;
+    }
+    let ns = &fx.api.namespace;
+    let c = valkey().await;
+    // A record with each location's written-at seconds (bytes 8..12 of a location) zeroed.
+    let records = |instance: String| {
+        let mut c = c.clone();
+        async move {
+            let all: HashMap<Vec<u8>, Vec<u8>> =
+                redis::cmd("HGETALL").arg(instance_key(ns, &instance, "blocks")).query_async(&mut c).await.unwrap();
+            let mut out: Vec<(Vec<u8>, Vec<u8>)> = all
+                .into_iter()
+                .map(|(k, mut rec)| {
+                    let mut p = 11;
+                    while p + 14 <= rec.len() {
+                        rec[p + 8..p + 12].fill(0);
+                        p += if rec[p + 12] == 255 && rec[p + 13] == 255 { 14 } else { 26 };
+                    }
+                    (k, rec)
+                })
+                .collect();
+            out.sort();
+            out
+        }
+    };
+    let (fast_records, general_records) = (records(fx.instance.clone()).await, records(general.clone()).await);
+    assert_eq!(fast_records.len(), 8, "blocks 1-8 (the last session's 9 failed): {fast_records:?}");
+    assert_eq!(fast_records, general_records);
+    // Block 3 has two serving children (4 and 6): shared (flags bit 1).
+    let three = fast_records.iter().find(|(k, _)| *k == field(3)).unwrap();
+    assert_eq!((three.1[0] & 2, three.1[9], three.1[10]), (2, 2, 0));
+    let usage = |instance: String| {
+        let mut c = c.clone();
+        async move {
+            let u: HashMap<String, i64> =
+                redis::cmd("HGETALL").arg(instance_key(ns, &instance, "usage")).query_async(&mut c).await.unwrap();
+            u
+        }
+    };
+    assert_eq!(usage(fx.instance.clone()).await, usage(general.clone()).await);
+    for index in ["lru", "lfu", "itouch"] {
+        let members = |instance: String| async move {
+            let z = zset(&instance_key(ns, &instance, index)).await;
+            let mut m: Vec<Vec<u8>> = z.into_iter().map(|(k, _)| k).collect();
+            m.sort();
+            m
+        };
+        assert_eq!(members(fx.instance.clone()).await, members(general.clone()).await, "{index}");
+    }
+    assert_eq!(zset(&instance_key(ns, &fx.instance, "lfu")).await, zset(&instance_key(ns, &general, "lfu")).await);
+    // The leaves: 7 (under 5) and 8 (under 6; its sibling 9 failed).
+    let mut leaves: Vec<Vec<u8>> =
+        zset(&instance_key(ns, &fx.instance, "lru")).await.into_iter().map(|(k, _)| k).collect();
+    leaves.sort();
+    assert_eq!(leaves, vec![field(7), field(8)]);
+}
