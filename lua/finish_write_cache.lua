@@ -100,12 +100,34 @@ local function index_of(key)
   end
   return at[key]
 end
+-- `parent` (record `prec`, false if it has none) gains a serving child: its count, the shared
+-- bit at its second, and it leaves the leaf indexes if it was a leaf (a block that started
+-- serving in this session, `was_fresh`, is not indexed yet). Returns its new record.
+local function add_child(parent, prec, was_fresh)
+  -- A parent without a record gets a header-only one, so that when it is written again it is
+  -- not mistaken for a leaf while this child serves.
+  if not prec then prec = rec_new(nil) end
+  local c = rec_children(prec)
+  -- Saturates: a block with 65535 serving children stays interior for good (never evicted
+  -- before them), rather than wrapping to 0.
+  if c < 65535 then c = c + 1 end
+  prec = rec_set_children(prec, c)
+  -- A second serving child: the parent is a prefix requests branch from (its `adaptive` class).
+  if c == 2 and not rec_shared(prec) then prec = string.char(prec:byte(1) + 2) .. prec:sub(2) end
+  if c == 1 and not was_fresh then
+    redis.call('ZREM', K.lru, parent)
+    redis.call('ZREM', K.lfu, parent)
+  end
+  return prec
+end
 
 -- The common case, decided in one pass before any change: every location succeeded, each
 -- block's record is its one location (this session's, writing) with no serving child, and the
 -- blocks chain in session order (block j's parent is block j - 1; block 1's, if any, outside the
--- session). Then block j < n gains one child (j + 1), block n is the one new leaf, and block 1's
--- parent gains one: what the general path below does, without its per-block bookkeeping.
+-- session). Then block j < n gains exactly one child (j + 1: no second, so no shared bit),
+-- block n is the one new leaf, and block 1's parent gains one from outside its own children:
+-- what the general path below does, without its per-block bookkeeping. Anything else (a failed
+-- or removed location, a record kept for its children, links out of order) takes that path.
 if upto == n and n > 0 then
   local slocs, fast = {}, true
   for j = 1, n do
@@ -118,7 +140,7 @@ if upto == n and n > 0 then
     end
   end
   local parent = fast and rec_parent(recs[1])
-  if parent == skey[1] then parent = nil end
+  if parent == skey[1] then parent = nil end -- a block naming itself has no parent (as in `served`)
   if parent and index_of(parent) then fast = false end
   if fast then
     local sets, serving, bytes = {}, {}, 0
@@ -134,19 +156,11 @@ if upto == n and n > 0 then
       bytes = bytes + session_bytes(sess, j)
     end
     if parent then
-      local prec = redis.call('HGET', K.blocks, parent) or rec_new(nil)
-      local c = rec_children(prec)
-      if c < 65535 then c = c + 1 end
-      prec = rec_set_children(prec, c)
-      if c == 2 and not rec_shared(prec) then prec = string.char(prec:byte(1) + 2) .. prec:sub(2) end
       sets[#sets + 1] = parent
-      sets[#sets + 1] = prec
-      if c == 1 then
-        redis.call('ZREM', K.lru, parent)
-        redis.call('ZREM', K.lfu, parent)
-      end
+      sets[#sets + 1] = add_child(parent, redis.call('HGET', K.blocks, parent), false)
     end
     for c = 1, #sets, 1000 do redis.call('HSET', K.blocks, unpack(sets, c, math.min(c + 999, #sets))) end
+    -- A session's locations are all on one storage (start_write_cache.lua's ARGV[3]).
     usage_add(K, loc_storage(slocs[1], 1), bytes, n)
     local clock = tonumber(redis.call('HGET', K.usage, 'lfu_clock') or '0')
     redis.call('ZADD', K.lru, now, skey[n])
@@ -178,32 +192,13 @@ local function served(j, rec, sid)
   if not parent or parent == skey[j] then return end
   local pj
   if j > 1 and parent == skey[j - 1] then pj = j - 1 else pj = index_of(parent) end
-  local prec, was_fresh
   if pj then
-    prec, was_fresh = recs[pj], state[pj] == 2
-  else
-    prec = outer[parent]
-    if prec == nil then prec = redis.call('HGET', K.blocks, parent) end
-  end
-  -- A parent without a record gets a header-only one, so that when it is written again it is
-  -- not mistaken for a leaf while this child serves.
-  if not prec then prec = rec_new(nil) end
-  local c = rec_children(prec)
-  -- Saturates: a block with 65535 serving children stays interior for good (never evicted
-  -- before them), rather than wrapping to 0.
-  if c < 65535 then c = c + 1 end
-  prec = rec_set_children(prec, c)
-  -- A second serving child: the parent is a prefix requests branch from (its `adaptive` class).
-  if c == 2 and not rec_shared(prec) then prec = string.char(prec:byte(1) + 2) .. prec:sub(2) end
-  if pj then
-    recs[pj] = prec
+    recs[pj] = add_child(parent, recs[pj], state[pj] == 2)
     state[pj] = state[pj] or 1
   else
-    outer[parent] = prec
-  end
-  if c == 1 and not was_fresh then
-    redis.call('ZREM', K.lru, parent)
-    redis.call('ZREM', K.lfu, parent)
+    local prec = outer[parent]
+    if prec == nil then prec = redis.call('HGET', K.blocks, parent) end
+    outer[parent] = add_child(parent, prec, false)
   end
 end
 for j = 1, n do

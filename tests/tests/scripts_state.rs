@@ -654,32 +654,53 @@ async fn stale_read_bookkeeping_is_collected_step_by_step_and_serving_blocks_kee
 /// `finish_write_cache.lua` decides the common finish — every location written (an offset
 /// mask), fresh records chained in session order — in one pass of its own. The same writes
 /// finished through the general path (a mask of all `true`s) leave exactly the same state:
-/// records (but for the seconds each location was written at), usage, the leaf indexes.
-/// Covered: a first chain, an extension under a stored leaf, a second branch under the same
-/// block (which makes it shared), a one-block session, and a session with a failed block.
+/// records (but for the seconds each location was written at), usage, the leaf indexes, the
+/// sessions. The offset-finished sessions cover a first chain, an extension under a stored leaf,
+/// a second branch under the same block (which makes it shared), a one-block session, and a
+/// block whose parent's record is gone by the finish (another session wrote the parent and
+/// failed); a session with a failed block goes through the general path on both (a control).
+/// Unpacked and packed (4 keys per file) locations. (That the offset finishes take the new
+/// path is not visible in the state, by design: it was checked by breaking that path, which
+/// this test then fails.)
 #[tokio::test]
 async fn the_fast_finish_leaves_the_state_the_general_finish_leaves() {
-    let fx = Fixture::new(&[("tp0", 100)], 1, json!({})).await;
+    for per_file in [1, 4] {
+        fast_and_general_finish_agree(per_file).await;
+    }
+}
+
+async fn fast_and_general_finish_agree(per_file: i32) {
+    let fx = Fixture::new(&[("tp0", 100)], per_file, json!({})).await;
     let general = unique("inst");
     let reg = json!({"instance_group": "g", "instance_id": general, "block_size": 4,
         "location_spec_infos": [{"name": "tp0", "size": 100}], "model_deployment": {"model_name": "m", "dtype": "bf16"},
         "location_spec_groups": [{"name": "first", "spec_names": ["tp0"]}]});
     assert_ok(&fx.api.meta("registerInstance", reg).await);
-    let write = |instance: String, keys: Vec<i64>, fast: bool, failed: Option<usize>| {
-        let api = &fx.api;
-        async move {
-            let (_, s) = api.meta("startWriteCache", json!({"instance_id": instance, "block_keys": keys})).await;
-            assert_eq!(code(&s), "OK", "{s}");
-            let n = s["locations"].as_array().unwrap().len();
-            let success = match (fast, failed) {
-                (true, None) => json!({"offset": n}),
-                _ => json!({"bool_masks": {"values": (0..n).map(|i| Some(i) != failed).collect::<Vec<_>>()}}),
-            };
-            let (_, f) = api
-                .meta("finishWriteCache", json!({"instance_id": instance, "write_session_id": s["write_session_id"], "success_blocks": success}))
-                .await;
-            assert_eq!(code(&f), "OK", "{f}");
-        }
+    let api = &fx.api;
+    let start = |instance: String, keys: Vec<i64>| async move {
+        let (_, s) = api.meta("startWriteCache", json!({"instance_id": instance, "block_keys": keys})).await;
+        assert_eq!(code(&s), "OK", "{s}");
+        s
+    };
+    // Finishes every location written by offset (`fast`), or by a mask: all true but `failed`.
+    let finish = |instance: String, s: serde_json::Value, fast: bool, failed: Option<usize>| async move {
+        let n = s["locations"].as_array().unwrap().len();
+        let success = if fast && failed.is_none() {
+            json!({"offset": n})
+        } else {
+            json!({"bool_masks": {"values": (0..n).map(|i| Some(i) != failed).collect::<Vec<_>>()}})
+        };
+        let (_, f) = api
+            .meta(
+                "finishWriteCache",
+                json!({"instance_id": instance, "write_session_id": s["write_session_id"], "success_blocks": success}),
+            )
+            .await;
+        assert_eq!(code(&f), "OK", "{f}");
+    };
+    let write = |instance: String, keys: Vec<i64>, fast: bool, failed: Option<usize>| async move {
+        let s = start(instance.clone(), keys).await;
+        finish(instance, s, fast, failed).await;
     };
     let sessions: [(Vec<i64>, Option<usize>); 5] = [
         (vec![1, 2, 3], None),
@@ -689,8 +710,18 @@ async fn the_fast_finish_leaves_the_state_the_general_finish_leaves() {
         (vec![1, 2, 3, 6, 8, 9], Some(1)),
     ];
     for (keys, failed) in sessions {
-        write(fx.instance.clone(), keys.clone(), true, failed).await;
+        let fast = failed.is_none();
+        write(fx.instance.clone(), keys.clone(), fast, failed).await;
         write(general.clone(), keys, false, failed).await;
+    }
+    // 20 is written by one session and 21 under it by another; the first fails (20's record
+    // goes), then the second finishes: 21's parent gets a header-only record.
+    for (instance, fast) in [(fx.instance.clone(), true), (general.clone(), false)] {
+        let first = start(instance.clone(), vec![20]).await;
+        let second = start(instance.clone(), vec![20, 21]).await;
+        assert_eq!(second["locations"].as_array().unwrap().len(), 1);
+        finish(instance.clone(), first, false, Some(0)).await;
+        finish(instance, second, fast, None).await;
     }
     let ns = &fx.api.namespace;
     let c = valkey().await;
@@ -716,21 +747,24 @@ async fn the_fast_finish_leaves_the_state_the_general_finish_leaves() {
         }
     };
     let (fast_records, general_records) = (records(fx.instance.clone()).await, records(general.clone()).await);
-    assert_eq!(fast_records.len(), 8, "blocks 1-8 (the last session's 9 failed): {fast_records:?}");
-    assert_eq!(fast_records, general_records);
-    // Block 3 has two serving children (4 and 6): shared (flags bit 1).
+    assert_eq!(fast_records.len(), 10, "blocks 1-8 (the last session's 9 failed), 20 and 21: {fast_records:?}");
+    assert_eq!(fast_records, general_records, "key_count_per_file {per_file}");
+    // Block 3 has two serving children (4 and 6): shared (flags bit 1). 20 is a header that
+    // counts its one serving child.
     let three = fast_records.iter().find(|(k, _)| *k == field(3)).unwrap();
     assert_eq!((three.1[0] & 2, three.1[9], three.1[10]), (2, 2, 0));
-    let usage = |instance: String| {
+    let twenty = fast_records.iter().find(|(k, _)| *k == field(20)).unwrap();
+    assert_eq!(twenty.1, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+    let hash = |instance: String, name: &'static str| {
         let mut c = c.clone();
         async move {
             let u: HashMap<String, i64> =
-                redis::cmd("HGETALL").arg(instance_key(ns, &instance, "usage")).query_async(&mut c).await.unwrap();
+                redis::cmd("HGETALL").arg(instance_key(ns, &instance, name)).query_async(&mut c).await.unwrap();
             u
         }
     };
-    assert_eq!(usage(fx.instance.clone()).await, usage(general.clone()).await);
-    for index in ["lru", "lfu", "itouch"] {
+    assert_eq!(hash(fx.instance.clone(), "usage").await, hash(general.clone(), "usage").await);
+    for index in ["lru", "lfu", "itouch", "sessions"] {
         let members = |instance: String| async move {
             let z = zset(&instance_key(ns, &instance, index)).await;
             let mut m: Vec<Vec<u8>> = z.into_iter().map(|(k, _)| k).collect();
@@ -739,10 +773,11 @@ async fn the_fast_finish_leaves_the_state_the_general_finish_leaves() {
         };
         assert_eq!(members(fx.instance.clone()).await, members(general.clone()).await, "{index}");
     }
+    assert_eq!(zset(&instance_key(ns, &fx.instance, "sessions")).await, vec![], "every session finished");
     assert_eq!(zset(&instance_key(ns, &fx.instance, "lfu")).await, zset(&instance_key(ns, &general, "lfu")).await);
-    // The leaves: 7 (under 5) and 8 (under 6; its sibling 9 failed).
+    // The leaves: 7 (under 5), 8 (under 6; its sibling 9 failed) and 21.
     let mut leaves: Vec<Vec<u8>> =
         zset(&instance_key(ns, &fx.instance, "lru")).await.into_iter().map(|(k, _)| k).collect();
     leaves.sort();
-    assert_eq!(leaves, vec![field(7), field(8)]);
+    assert_eq!(leaves, vec![field(7), field(8), field(21)]);
 }
