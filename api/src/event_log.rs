@@ -206,7 +206,7 @@ mod tests {
     /// on purpose — a 1-byte `max_bytes` rotates at every line, renaming 20 files — so that
     /// 500 events emitted at once are far from written when the last `emit` returns.
     #[test]
-    fn sync_returns_once_every_queued_event_is_on_disk() {
+    fn sync_returns_once_every_queued_event_is_in_the_file() {
         let dir = std::env::temp_dir().join(format!("kvcm-events-{}", fastrand::u64(..)));
         let path = dir.join("events.jsonl");
         let log =
