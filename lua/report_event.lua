@@ -28,9 +28,11 @@
 --                                              `count` BLOCK_ADDs the frontend prepared against
 --                                              the reporter record and medium ids it read
 --                                              (distinct blocks), last in the request: then
---                                              `count` keys (8 bytes), one argument of `count`
---                                              medium ids (one byte per block, as read), and
---                                              `count` specs (as stored, above)
+--                                              three arguments, each packed for the batch
+--                                              (Valkey parses 3 arguments, not 2 per block):
+--                                              the `count` keys (8 bytes each), the medium ids
+--                                              (one byte per block, as read), and the specs
+--                                              (each as stored, above, after its length u32)
 --
 -- Reporter record: state c1 ('A' active, 'T' unregistered: HOST_DOWN or silent past the grace)
 --   | idx u32 | epoch u32 (+1 at every new lifecycle: records of older epochs are invisible)
@@ -390,10 +392,10 @@ do
       j = j + count
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:match('^(%d+):', 14))
-      if j + 2 * count + 1 ~= #ARGV or #ARGV[j + count + 1] ~= count then
-        return redis.error_reply('report_event: a B batch must come last, with count keys, ids and specs')
+      if j + 3 ~= #ARGV or #ARGV[j + 1] ~= 8 * count or #ARGV[j + 2] ~= count or #ARGV[j + 3] < 5 * count then
+        return redis.error_reply('report_event: a B batch must come last, with its keys, ids and specs')
       end
-      j = j + 2 * count + 1
+      j = j + 3
     end
     j = j + 1
   end
@@ -458,7 +460,7 @@ while i <= #ARGV do
       -- One code per add the batch carries.
       local count = tonumber(ev:match('^(%d+):', 14))
       for _ = 1, count do codes[#codes + 1] = code end
-      i = i + 2 * count + 1
+      i = i + 3
       code = nil
     end
   elseif kind == 'A' or kind == 'D' then
@@ -511,9 +513,22 @@ while i <= #ARGV do
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
-    -- ARGV[K + q]: the q-th block's key (q from 0); bids:byte(q + 1) its medium id as the
-    -- frontend read it; ARGV[S + q] its specs.
-    local K, bids, S = i + 1, ARGV[i + 1 + count], i + 2 + count
+    -- The batch's keys (8 bytes each), medium ids as the frontend read them (a byte each) and
+    -- specs (each after its length u32).
+    local bkeys, bids, bspecs = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    -- chunks[c / 500 + 1]: the keys and specs of the blocks c + 1 .. c + 500, each list with
+    -- the next position after it (one C call per list), all unpacked before anything is written.
+    local chunks, sp, kfmt, sfmt = {}, 1, '', ''
+    for c = 0, count - 1, 500 do
+      local n = math.min(500, count - c)
+      if n ~= #kfmt / 2 then kfmt, sfmt = string.rep('c8', n), '<' .. string.rep('I4c0', n) end
+      local ks, ss = {struct.unpack(kfmt, bkeys, 8 * c + 1)}, {struct.unpack(sfmt, bspecs, sp)}
+      sp = ss[n + 1]
+      chunks[#chunks + 1] = {ks, ss}
+    end
+    if sp ~= #bspecs + 1 then
+      return redis.error_reply('report_event: a B batch whose specs do not add up to its count')
+    end
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     -- The medium ids the batch carries, checked against the instance's (an
     -- instance removed and registered again meanwhile numbers its media afresh): `real[sent
@@ -530,7 +545,7 @@ while i <= #ARGV do
     end
     generation()
     -- This reporter's record and specs-field tail for each medium of the batch, as locals.
-    local argv, brec, btail = ARGV, {}, {}
+    local brec, btail = {}, {}
     if same then
       for _, m in pairs(real) do brec[m], btail[m] = rec(m), spec_field('', rep.idx, m) end
     end
@@ -538,7 +553,9 @@ while i <= #ARGV do
     for c = 0, count - 1, 500 do
       local last = math.min(c + 499, count - 1)
       local n = last - c + 1
-      local now_held = redis.call('HMGET', ENG, unpack(ARGV, K + c, K + last))
+      -- kt[q], st[q]: the q-th block of the chunk's key and specs.
+      local kt, st = chunks[c / 500 + 1][1], chunks[c / 500 + 1][2]
+      local now_held = redis.call('HMGET', ENG, unpack(kt, 1, n))
       local held = false
       for q = 1, n do
         if now_held[q] then held = true break end
@@ -546,11 +563,11 @@ while i <= #ARGV do
       if untouched and not held then
         -- The common case: every block of the chunk new — stored as sent, under this
         -- reporter's record (the one the frontend read: `same`).
-        local eng, spc, ids, k, s = {}, {}, {bids:byte(c + 1, c + n)}, K + c - 1, S + c - 1
+        local eng, spc, ids = {}, {}, {bids:byte(c + 1, c + n)}
         for q = 1, n do
-          local key, mid = argv[k + q], ids[q]
+          local key, mid = kt[q], ids[q]
           eng[2 * q - 1], eng[2 * q] = key, brec[mid] or rec(mid)
-          spc[2 * q - 1], spc[2 * q] = key .. (btail[mid] or spec_field('', rep.idx, mid)), argv[s + q]
+          spc[2 * q - 1], spc[2 * q] = key .. (btail[mid] or spec_field('', rep.idx, mid)), st[q]
         end
         redis.call('HSET', ENG, unpack(eng))
         redis.call('HSET', SPC, unpack(spc))
@@ -561,7 +578,7 @@ while i <= #ARGV do
         -- stored specs of the blocks holding this reporter's current record in that medium.
         local fields, at, how, ids = {}, {}, {}, {bids:byte(c + 1, c + n)}
         for q = 0, n - 1 do
-          local key, v = ARGV[K + c + q], now_held[q + 1]
+          local key, v = kt[q + 1], now_held[q + 1]
           if same and v and not pdirty[key] then
             local o = appended(v, ids[q + 1])
             how[q] = o or nil
@@ -574,8 +591,8 @@ while i <= #ARGV do
         local old = #fields > 0 and redis.call('HMGET', SPC, unpack(fields)) or {}
         local eng, spc, gone = {}, {}, {}
         for q = 0, n - 1 do
-          local key, mid = ARGV[K + c + q], ids[q + 1]
-          local v, blob = now_held[q + 1], ARGV[S + c + q]
+          local key, mid = kt[q + 1], ids[q + 1]
+          local v, blob = now_held[q + 1], st[q + 1]
           if same and not v and not pdirty[key] then
             eng[#eng + 1], eng[#eng + 2] = key, rec(mid)
             spc[#spc + 1], spc[#spc + 2] = spec_field(key, rep.idx, mid), blob
@@ -603,7 +620,7 @@ while i <= #ARGV do
         for g = 1, #gone, 1000 do redis.call('HDEL', SPC, unpack(gone, g, math.min(g + 999, #gone))) end
       end
     end
-    i = i + 2 * count + 1
+    i = i + 3
     code = nil
   else
     return redis.error_reply('report_event: unknown event ' .. kind)

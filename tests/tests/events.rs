@@ -116,6 +116,11 @@ fn tp0_specs(uri: &str) -> Vec<u8> {
     [&[1u8, 3][..], b"tp0", &(uri.len() as u16).to_le_bytes(), uri.as_bytes()].concat()
 }
 
+/// A prepared batch's specs argument: each specs value after its length (u32 LE).
+fn packed_specs(specs: &[Vec<u8>]) -> Vec<u8> {
+    specs.iter().flat_map(|s| [&(s.len() as u32).to_le_bytes()[..], s].concat()).collect()
+}
+
 #[tokio::test]
 async fn hosts_are_matched_by_host_across_tiers_and_one_peer_fills_gaps() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
@@ -1306,11 +1311,9 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
         .arg("0123456789abcdef0123456789abcdef")
         .arg("H")
         .arg(batch)
-        .arg(&block[..])
-        .arg(&block2[..])
+        .arg([block, block2].concat())
         .arg(&[2u8, 1][..])
-        .arg(tp0_specs("x://50"))
-        .arg(tp0_specs("x://51"))
+        .arg(packed_specs(&[tp0_specs("x://50"), tp0_specs("x://51")]))
         .invoke_async(&mut valkey().await)
         .await
         .unwrap();
@@ -1321,4 +1324,53 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
     assert!(hosts(api, inst, &[50], &["cpu"]).await.is_empty(), "not under the stale id");
     assert_eq!(hosts(api, inst, &[51], &["cpu"]).await, vec![("m:1".into(), 1, 0, 1)], "under cpu's id");
     assert!(hosts(api, inst, &[51], &["gpu"]).await.is_empty(), "not under the stale id");
+}
+
+/// A prepared batch's packed arguments are unpacked whole before the script writes anything:
+/// specs that do not add up to the batch's count (a frontend bug) are an error that leaves no
+/// block stored.
+#[tokio::test]
+async fn a_prepared_batch_whose_specs_do_not_add_up_is_refused_before_anything_is_written() {
+    let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
+    let (api, inst) = (&fx.api, fx.instance.as_str());
+    let r =
+        report(api, inst, "ST_EVENT_REPORT_L1P5", "m:1", vec![heartbeat(), add(1, "gpu", &[("tp0", "x://1")])]).await;
+    assert_eq!(code(&r), "OK", "{r}");
+    let key = |name: &str| instance_key(&api.namespace, inst, name);
+    let record: Vec<u8> =
+        redis::cmd("HGET").arg(key("reporters")).arg("L1P5|m:1").query_async(&mut valkey().await).await.unwrap();
+    let header = [&record[1..9], &record[25..29]].concat();
+    let batch = [&b"B"[..], &header, b"2:", &[1, 3], b"gpu"].concat();
+    let keys = [50i64.to_be_bytes(), 51i64.to_be_bytes()].concat();
+    let specs = packed_specs(&[tp0_specs("x://50"), tp0_specs("x://51")]);
+    // One byte too many, and the second specs cut short (its length says more than is left).
+    for (bad, why) in [([&specs[..], b"\0"].concat(), "do not add up"), (specs[..specs.len() - 1].to_vec(), "")] {
+        let reply: redis::RedisResult<redis::Value> = kvcm_core::scripts::REPORT_EVENT
+            .script()
+            .key(key("reporters"))
+            .key(key("engine"))
+            .key(key("engine_specs"))
+            .arg("L1P5|m:1")
+            .arg("300000")
+            .arg("0")
+            .arg("0123456789abcdef0123456789abcdef")
+            .arg(&batch)
+            .arg(&keys)
+            .arg(&[1u8, 1][..])
+            .arg(bad)
+            .invoke_async(&mut valkey().await)
+            .await;
+        let err = reply.expect_err("a batch that does not add up is an error");
+        assert!(err.to_string().contains(why), "{err}");
+        for block in [50i64, 51] {
+            assert!(hosts(api, inst, &[block], &["gpu"]).await.is_empty(), "block {block} not stored: {err}");
+            let stored: Option<Vec<u8>> = redis::cmd("HGET")
+                .arg(key("engine"))
+                .arg(&i64::to_be_bytes(block)[..])
+                .query_async(&mut valkey().await)
+                .await
+                .unwrap();
+            assert_eq!(stored, None, "no presence for block {block}");
+        }
+    }
 }

@@ -1097,12 +1097,12 @@ impl DataPlane {
     /// For a request of only adds and heartbeats (at least [`PREPARE_AT`] adds of distinct
     /// blocks) of a reporter that exists, is registered and has a generation, with every
     /// medium known: the same events with the adds as one 'B' batch — heartbeats first, then
-    /// the batch's header (the reporter's record and medium ids as read now), keys, ids and
-    /// specs — and the event indexes in the order the script answers them. `None` when the
-    /// request does not qualify. The script takes the single-add path itself for every block
-    /// when the record changed meanwhile, and for each block holding this reporter's current
-    /// record in that medium with other specs, or at 256 records without one (docs/events.md
-    /// lists the paths); keys and specs are borrowed from `args`.
+    /// the batch's header (the reporter's record and medium ids as read now), then its keys,
+    /// ids and specs packed in three arguments — and the event indexes in the order the script
+    /// answers them. `None` when the request does not qualify. The script takes the single-add
+    /// path itself for every block when the record changed meanwhile, and for each block
+    /// holding this reporter's current record in that medium with other specs, or at 256
+    /// records without one (docs/events.md lists the paths).
     async fn prepare_adds<'a>(
         &self,
         keys: &crate::keys::InstanceKeys,
@@ -1154,7 +1154,7 @@ impl DataPlane {
         // idx u32 | epoch u32 | generation u32 (the record: state | idx | epoch | heartbeat |
         // snapshot | generation | …)
         let header = [&record[1..9], &record[25..29]].concat();
-        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(args.len() + adds + 2);
+        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(args.len() - adds + 4);
         let mut order = Vec::with_capacity(sent.len());
         for (a, &i) in args.iter().zip(sent) {
             if a[0] == b'H' {
@@ -1174,24 +1174,29 @@ impl DataPlane {
             b.extend_from_slice(m);
         }
         out.push(Cow::Owned(b));
-        // The batch: its keys, one argument of medium ids (a byte per block) and its specs,
-        // keys and specs borrowed from the encoded events. The script builds each presence
-        // record and specs field from the header and the id.
+        // The batch in three arguments: its keys, its medium ids (a byte per block) and its
+        // specs (each after its length u32 LE). Valkey parses three arguments where it parsed
+        // two per block (11 ms of its time for 20,000 blocks); the script unpacks them with one
+        // call per 500 blocks, and builds each presence record and specs field from the header
+        // and the id.
+        let specs_len: usize = args.iter().filter(|a| a[0] == b'A').map(|a| 4 + a.len() - 10 - a[9] as usize).sum();
+        let mut bkeys = Vec::with_capacity(8 * adds);
         let mut mids = Vec::with_capacity(adds);
-        let mut specs = Vec::with_capacity(adds);
+        let mut specs = Vec::with_capacity(specs_len);
         for (a, &i) in args.iter().zip(sent) {
             if a[0] != b'A' {
                 continue;
             }
             let (key, medium, blob) = split(a);
             let m = media.iter().position(|m| *m == medium).expect("collected above");
-            out.push(Cow::Borrowed(key));
+            bkeys.extend_from_slice(key);
             mids.push(ids[m]);
-            specs.push(Cow::Borrowed(blob));
+            let len = u32::try_from(blob.len()).map_err(|_| Error::internal("report_event: specs over 4 GiB"))?;
+            specs.extend_from_slice(&len.to_le_bytes());
+            specs.extend_from_slice(blob);
             order.push(i);
         }
-        out.push(Cow::Owned(mids));
-        out.extend(specs);
+        out.extend([Cow::Owned(bkeys), Cow::Owned(mids), Cow::Owned(specs)]);
         Ok(Some((out, order)))
     }
 }
