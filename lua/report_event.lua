@@ -375,7 +375,10 @@ local function generation()
 end
 
 -- Every block the request touches, read in a few HMGETs (not one HGET per event); a 'B'
--- batch reads its own, chunk by chunk, as it goes.
+-- batch reads its own, chunk by chunk, as it goes. A 'B' batch is unpacked here, before
+-- anything is written: `bchunks[c / 500 + 1]` holds the keys and specs of its blocks c + 1 ..
+-- c + 500 (one `struct.unpack` call per list).
+local bchunks = {}
 do
   local want, seen, j = {}, {}, 5
   while j <= #ARGV do
@@ -392,8 +395,22 @@ do
       j = j + count
     elseif kind == 'B' then
       local count = tonumber(ARGV[j]:match('^(%d+):', 14))
-      if j + 3 ~= #ARGV or #ARGV[j + 1] ~= 8 * count or #ARGV[j + 2] ~= count or #ARGV[j + 3] < 5 * count then
+      if j + 3 ~= #ARGV or #ARGV[j + 1] ~= 8 * count or #ARGV[j + 2] ~= count then
         return redis.error_reply('report_event: a B batch must come last, with its keys, ids and specs')
+      end
+      local bkeys, bspecs, sp, kfmt, sfmt = ARGV[j + 1], ARGV[j + 3], 1, '', ''
+      for c = 0, count - 1, 500 do
+        local n = math.min(500, count - c)
+        if n ~= #kfmt / 2 then kfmt, sfmt = string.rep('c8', n), '<' .. string.rep('I4c0', n) end
+        -- ss[1]: whether the specs unpacked (a length past the end does not).
+        local ks, ss = {struct.unpack(kfmt, bkeys, 8 * c + 1)}, {pcall(struct.unpack, sfmt, bspecs, sp)}
+        if not ss[1] then break end
+        table.remove(ss, 1)
+        sp = ss[n + 1]
+        bchunks[#bchunks + 1] = {ks, ss}
+      end
+      if #bchunks ~= math.ceil(count / 500) or sp ~= #bspecs + 1 then
+        return redis.error_reply('report_event: a B batch whose specs do not add up to its count')
       end
       j = j + 3
     end
@@ -513,22 +530,9 @@ while i <= #ARGV do
     local e_idx, e_epoch, e_gen = struct.unpack('<I4I4I4', ev, 2)
     local digits = ev:match('^(%d+):', 14)
     local count = tonumber(digits)
-    -- The batch's keys (8 bytes each), medium ids as the frontend read them (a byte each) and
-    -- specs (each after its length u32).
-    local bkeys, bids, bspecs = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-    -- chunks[c / 500 + 1]: the keys and specs of the blocks c + 1 .. c + 500, each list with
-    -- the next position after it (one C call per list), all unpacked before anything is written.
-    local chunks, sp, kfmt, sfmt = {}, 1, '', ''
-    for c = 0, count - 1, 500 do
-      local n = math.min(500, count - c)
-      if n ~= #kfmt / 2 then kfmt, sfmt = string.rep('c8', n), '<' .. string.rep('I4c0', n) end
-      local ks, ss = {struct.unpack(kfmt, bkeys, 8 * c + 1)}, {struct.unpack(sfmt, bspecs, sp)}
-      sp = ss[n + 1]
-      chunks[#chunks + 1] = {ks, ss}
-    end
-    if sp ~= #bspecs + 1 then
-      return redis.error_reply('report_event: a B batch whose specs do not add up to its count')
-    end
+    -- The batch's medium ids as the frontend read them (a byte each); its keys and specs
+    -- unpacked above (`bchunks`).
+    local bids = ARGV[i + 2]
     local same = rep.idx == e_idx and rep.epoch == e_epoch and rep.gen == e_gen and rep.gen > 0
     -- The medium ids the batch carries, checked against the instance's (an
     -- instance removed and registered again meanwhile numbers its media afresh): `real[sent
@@ -554,7 +558,7 @@ while i <= #ARGV do
       local last = math.min(c + 499, count - 1)
       local n = last - c + 1
       -- kt[q], st[q]: the q-th block of the chunk's key and specs.
-      local kt, st = chunks[c / 500 + 1][1], chunks[c / 500 + 1][2]
+      local kt, st = bchunks[c / 500 + 1][1], bchunks[c / 500 + 1][2]
       local now_held = redis.call('HMGET', ENG, unpack(kt, 1, n))
       local held = false
       for q = 1, n do

@@ -1326,9 +1326,29 @@ async fn a_prepared_batch_with_stale_medium_ids_stores_blocks_under_the_instance
     assert!(hosts(api, inst, &[51], &["gpu"]).await.is_empty(), "not under the stale id");
 }
 
+/// The script as `prepare_adds` calls it: one reporter's request of `events`, with its grace.
+async fn run_report_script(
+    api: &Api,
+    inst: &str,
+    reporter: &str,
+    grace_ms: &str,
+    events: &[Vec<u8>],
+) -> redis::RedisResult<redis::Value> {
+    let key = |name: &str| instance_key(&api.namespace, inst, name);
+    let script = kvcm_core::scripts::REPORT_EVENT.script();
+    let mut call = script.prepare_invoke();
+    call.key(key("reporters")).key(key("engine")).key(key("engine_specs"));
+    call.arg(reporter).arg(grace_ms).arg("0").arg("0123456789abcdef0123456789abcdef");
+    for e in events {
+        call.arg(&e[..]);
+    }
+    call.invoke_async(&mut valkey().await).await
+}
+
 /// A prepared batch's packed arguments are unpacked whole before the script writes anything:
 /// specs that do not add up to the batch's count (a frontend bug) are an error that leaves no
-/// block stored.
+/// block stored, also when the fault is in the last of several chunks; and a batch of a
+/// reporter gone silent past the grace is answered NODE_NOT_REGISTERED block by block.
 #[tokio::test]
 async fn a_prepared_batch_whose_specs_do_not_add_up_is_refused_before_anything_is_written() {
     let fx = Fixture::new(&[("tp0", 64)], 1, json!({})).await;
@@ -1340,37 +1360,39 @@ async fn a_prepared_batch_whose_specs_do_not_add_up_is_refused_before_anything_i
     let record: Vec<u8> =
         redis::cmd("HGET").arg(key("reporters")).arg("L1P5|m:1").query_async(&mut valkey().await).await.unwrap();
     let header = [&record[1..9], &record[25..29]].concat();
-    let batch = [&b"B"[..], &header, b"2:", &[1, 3], b"gpu"].concat();
-    let keys = [50i64.to_be_bytes(), 51i64.to_be_bytes()].concat();
-    let specs = packed_specs(&[tp0_specs("x://50"), tp0_specs("x://51")]);
-    // One byte too many, and the second specs cut short (its length says more than is left).
-    for (bad, why) in [([&specs[..], b"\0"].concat(), "do not add up"), (specs[..specs.len() - 1].to_vec(), "")] {
-        let reply: redis::RedisResult<redis::Value> = kvcm_core::scripts::REPORT_EVENT
-            .script()
-            .key(key("reporters"))
-            .key(key("engine"))
-            .key(key("engine_specs"))
-            .arg("L1P5|m:1")
-            .arg("300000")
-            .arg("0")
-            .arg("0123456789abcdef0123456789abcdef")
-            .arg(&batch)
-            .arg(&keys)
-            .arg(&[1u8, 1][..])
-            .arg(bad)
-            .invoke_async(&mut valkey().await)
-            .await;
-        let err = reply.expect_err("a batch that does not add up is an error");
-        assert!(err.to_string().contains(why), "{err}");
-        for block in [50i64, 51] {
-            assert!(hosts(api, inst, &[block], &["gpu"]).await.is_empty(), "block {block} not stored: {err}");
-            let stored: Option<Vec<u8>> = redis::cmd("HGET")
-                .arg(key("engine"))
-                .arg(&i64::to_be_bytes(block)[..])
-                .query_async(&mut valkey().await)
+    let stored = || async { (hash_len(api, inst, "engine").await, hash_len(api, inst, "engine_specs").await) };
+    assert_eq!(stored().await, (1, 1), "block 1 alone");
+    // Two blocks (one chunk), and 1,100 (three chunks: the fault in the last).
+    let mut base = 1;
+    for (count, first) in [(2i64, 5000i64), (1100, 6000)] {
+        let batch = [&b"B"[..], &header, count.to_string().as_bytes(), b":", &[1, 3], b"gpu"].concat();
+        let keys: Vec<u8> = (0..count).flat_map(|k| (first + k).to_be_bytes()).collect();
+        let specs = packed_specs(&(0..count).map(|k| tp0_specs(&format!("x://{k}"))).collect::<Vec<_>>());
+        // One byte too many, and the last specs cut short (its length says more than is left).
+        for bad in [[&specs[..], b"\0"].concat(), specs[..specs.len() - 1].to_vec()] {
+            let events = [batch.clone(), keys.clone(), vec![1u8; count as usize], bad];
+            let err = run_report_script(api, inst, "L1P5|m:1", "300000", &events)
                 .await
-                .unwrap();
-            assert_eq!(stored, None, "no presence for block {block}");
+                .expect_err("a batch that does not add up is an error");
+            assert!(err.to_string().contains("do not add up"), "{count} blocks: {err}");
+            assert_eq!(stored().await, (base, base), "{count} blocks: nothing stored ({err})");
         }
+        // The same batch whole is stored (so the faults above are what was refused).
+        let events = [batch.clone(), keys.clone(), vec![1u8; count as usize], specs.clone()];
+        let reply = run_report_script(api, inst, "L1P5|m:1", "300000", &events).await.unwrap();
+        let redis::Value::Array(parts) = &reply else { panic!("{reply:?}") };
+        assert_eq!(parts[1], redis::Value::BulkString(vec![1; count as usize]), "{count} blocks OK");
+        assert_eq!(parts[5], redis::Value::Int(count), "{count} blocks stored as prepared");
+        assert_eq!(stored().await, (base + count, base + count));
+        base += count;
     }
+    // Silent past the grace (1 ms here): unregistered, each add of the batch answered 10.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let batch = [&b"B"[..], &header, b"2:", &[1, 3], b"gpu"].concat();
+    let keys = [9000i64.to_be_bytes(), 9001i64.to_be_bytes()].concat();
+    let specs = packed_specs(&[tp0_specs("x://a"), tp0_specs("x://b")]);
+    let reply = run_report_script(api, inst, "L1P5|m:1", "1", &[batch, keys, vec![1, 1], specs]).await.unwrap();
+    let redis::Value::Array(parts) = &reply else { panic!("{reply:?}") };
+    assert_eq!(parts[1], redis::Value::BulkString(vec![10, 10]), "NODE_NOT_REGISTERED for each add: {reply:?}");
+    assert_eq!(stored().await, (base, base), "nothing stored for an unregistered reporter");
 }
