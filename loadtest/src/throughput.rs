@@ -29,13 +29,13 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
     let direct = {
         let snap = b.registry.snapshot();
         let inst = b.registry.instance(&b.instance).await?;
-        let t = Instant::now();
-        let tasks = (0..concurrency).map(|i| {
+        let until = Instant::now() + dur;
+        closed_loop(concurrency, |i| {
             let (b, prompts, snap, inst) = (b.clone(), prompts.clone(), snap.clone(), inst.clone());
-            tokio::spawn(async move {
+            async move {
                 let mut n = 0u64;
                 let mut out = Vec::new();
-                while t.elapsed() < dur {
+                while Instant::now() < until {
                     let keys = &prompts[(i + n as usize * concurrency) % prompts.len()];
                     out.clear();
                     b.data
@@ -52,40 +52,32 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
                         .await?;
                     n += 1;
                 }
-                anyhow::Ok(n)
-            })
-        });
-        let mut total = 0;
-        for h in futures::future::join_all(tasks).await {
-            total += h??;
-        }
-        total as f64 / t.elapsed().as_secs_f64()
+                Ok(n)
+            }
+        })
+        .await?
     };
     // HTTP: the same reads through the real router and server. Like the direct side,
     // whose keys are ready, the requests are serialised once up front: the load generator
     // shares the 2 cores, and what is measured is the server.
     let bodies: Arc<Vec<bytes::Bytes>> = Arc::new(prompts.iter().map(|keys| prefix_read(&b.instance, keys)).collect());
     let http = {
-        let t = Instant::now();
-        let tasks = (0..concurrency).map(|i| {
+        let until = Instant::now() + dur;
+        closed_loop(concurrency, |i| {
             let bodies = bodies.clone();
-            tokio::spawn(async move {
+            async move {
                 let mut conn = h1::H1::connect(server).await?;
                 let mut n = 0u64;
-                while t.elapsed() < dur {
+                while Instant::now() < until {
                     let body = bodies[(i + n as usize * concurrency) % bodies.len()].clone();
                     let reply = conn.post("/api/getCacheLocation", body).await?;
                     anyhow::ensure!(rate::reply_ok(&reply), "a read failed: {}", String::from_utf8_lossy(&reply));
                     n += 1;
                 }
-                anyhow::Ok(n)
-            })
-        });
-        let mut total = 0;
-        for h in futures::future::join_all(tasks).await {
-            total += h??;
-        }
-        total as f64 / t.elapsed().as_secs_f64()
+                Ok(n)
+            }
+        })
+        .await?
     };
     println!(
         "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
@@ -119,44 +111,28 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
         instances.push(id);
     }
     let instances = Arc::new(instances);
-    let t = Instant::now();
-    let tasks = (0..concurrency).map(|i| {
+    let sessions = closed_loop(concurrency, |i| {
         let instances = instances.clone();
-        tokio::spawn(async move {
+        async move {
             let inst = &instances[i % instances.len()];
             let mut conn = h1::H1::connect(server).await?;
             // The task's stored prefix: a chain from a root, written once.
             let prefix: Vec<i64> = (0..write_prefix).map(|_| fastrand::i64(..)).collect();
             if !prefix.is_empty() {
-                let start = serde_json::json!({"instance_id": inst, "block_keys": prefix}).to_string();
-                let reply = conn.post("/api/startWriteCache", start.into()).await?;
-                anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
-                let s: serde_json::Value = serde_json::from_slice(&reply)?;
-                let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": prefix.len()}});
-                let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
-                anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
+                write_session(&mut conn, inst, &prefix, prefix.len()).await?;
             }
-            let t = Instant::now();
+            let until = Instant::now() + dur;
             let mut n = 0u64;
-            while t.elapsed() < dur {
+            while Instant::now() < until {
                 let keys: Vec<i64> = prefix.iter().copied().chain((0..32).map(|_| fastrand::i64(..))).collect();
-                let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
-                let reply = conn.post("/api/startWriteCache", start.into()).await?;
-                anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
-                let s: serde_json::Value = serde_json::from_slice(&reply)?;
-                let f = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"], "success_blocks": {"offset": 32}});
-                let reply = conn.post("/api/finishWriteCache", f.to_string().into()).await?;
-                anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
+                // The stored prefix is found; the 32 new keys are written (an offset of 32).
+                write_session(&mut conn, inst, &keys, 32).await?;
                 n += 1;
             }
-            anyhow::Ok(n)
-        })
-    });
-    let mut total = 0;
-    for h in futures::future::join_all(tasks).await {
-        total += h??;
-    }
-    let sessions = total as f64 / t.elapsed().as_secs_f64();
+            Ok(n)
+        }
+    })
+    .await?;
     println!(
         "throughput: two-phase writes of 32 blocks through HTTP (after {write_prefix} stored keys), {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
         instances.len()
@@ -174,5 +150,35 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
     let _ = stop_tx.send(());
     serving.await??;
     b.cleanup().await?;
+    Ok(())
+}
+
+/// Runs `concurrency` tasks at once, task `i` being `task(i)`, each answering how many operations
+/// it did: their total per second, from the first spawn to the last task's end.
+async fn closed_loop<F, Fut>(concurrency: usize, task: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<u64>> + Send + 'static,
+{
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..concurrency).map(|i| tokio::spawn(task(i))).collect();
+    let mut total = 0;
+    for h in futures::future::join_all(tasks).await {
+        total += h??;
+    }
+    Ok(total as f64 / t.elapsed().as_secs_f64())
+}
+
+/// One two-phase write session through HTTP: startWriteCache of `keys`, then finishWriteCache
+/// with the offset `written` (the new keys the start answered, all written).
+async fn write_session(conn: &mut h1::H1, inst: &str, keys: &[i64], written: usize) -> Result<()> {
+    let start = serde_json::json!({"instance_id": inst, "block_keys": keys}).to_string();
+    let reply = conn.post("/api/startWriteCache", start.into()).await?;
+    anyhow::ensure!(rate::reply_ok(&reply), "a start failed: {}", String::from_utf8_lossy(&reply));
+    let s: serde_json::Value = serde_json::from_slice(&reply)?;
+    let finish = serde_json::json!({"instance_id": inst, "write_session_id": s["write_session_id"],
+        "success_blocks": {"offset": written}});
+    let reply = conn.post("/api/finishWriteCache", finish.to_string().into()).await?;
+    anyhow::ensure!(rate::reply_ok(&reply), "a finish failed: {}", String::from_utf8_lossy(&reply));
     Ok(())
 }

@@ -82,6 +82,9 @@ pub enum Command {
 }
 
 /// What `generate` writes.
+/// Every policy, in report order: the default of `--policies` (`PolicyKind::ALL` by name).
+const ALL_POLICIES: &str = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,adaptive,opt";
+
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// chat, agent, documents, bursty or mix (see docs/optimizer.md).
@@ -204,7 +207,7 @@ pub struct SweepArgs {
         long,
         value_delimiter = ',',
         value_name = "POLICIES",
-        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,adaptive,opt"
+        default_value = ALL_POLICIES
     )]
     policies: Vec<PolicyKind>,
 
@@ -295,7 +298,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_name = "POLICIES",
-        default_value = "lru,lfu,ttl,random_lru,leaf_lru,s3fifo,leaf_lfu,adaptive,opt"
+        default_value = ALL_POLICIES
     )]
     policies: Vec<PolicyKind>,
 
@@ -391,6 +394,12 @@ pub fn shared_traces_dir() -> PathBuf {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn the_default_policies_are_every_policy_in_report_order() {
+        let names: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(ALL_POLICIES, names.join(","));
+    }
 
     #[test]
     fn the_command_line_definition_is_consistent() {
