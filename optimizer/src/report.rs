@@ -258,7 +258,7 @@ pub fn hit_rate_table_md(rows: &[SweepRow], ctx: &ReportContext) -> String {
     for &capacity in &capacities {
         let fraction =
             if ctx.distinct_blocks == 0 { 0.0 } else { capacity as f64 / ctx.distinct_blocks as f64 * 100.0 };
-        let _ = write!(out, "| {capacity} | {fraction:.0}% |");
+        let _ = write!(out, "| {capacity} | {}% |", short_percent(fraction));
         for &p in &policies {
             match rows.iter().find(|r| r.policy == p && r.capacity == capacity) {
                 Some(r) => {
@@ -270,6 +270,13 @@ pub fn hit_rate_table_md(rows: &[SweepRow], ctx: &ReportContext) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A percentage with at most two decimals and no trailing zeros (`20`, `0.5`, `0.25`): a
+/// sweep at 0.25% and 0.5% of the distinct blocks must not print both as `0%` or `1%`.
+fn short_percent(p: f64) -> String {
+    let s = format!("{p:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// A byte count in binary units, e.g. `1.50 GiB`.
@@ -404,6 +411,16 @@ mod tests {
         assert_eq!(lines[0], "| capacity (blocks) | % of distinct | lru | opt |");
         assert_eq!(lines[2], "| 10 | 20% | 20.00% | 40.00% |");
         assert_eq!(lines[3], "| 20 | 40% | 30.00% | – |");
+    }
+
+    #[test]
+    fn small_capacities_keep_their_fraction_in_the_hit_rate_table() {
+        // Of 400 distinct blocks, 1 is 0.25% and 2 are 0.5%; rounded to whole percents both were 1%.
+        let ctx = ReportContext { distinct_blocks: 400, ..ctx() };
+        let rows = vec![row(PolicyKind::Lru, 1, 20), row(PolicyKind::Lru, 2, 30), row(PolicyKind::Lru, 40, 40)];
+        let table = hit_rate_table_md(&rows, &ctx);
+        let fractions: Vec<&str> = table.lines().skip(2).map(|l| l.split(" | ").nth(1).unwrap()).collect();
+        assert_eq!(fractions, ["0.25%", "0.5%", "10%"], "{table}");
     }
 
     #[test]
