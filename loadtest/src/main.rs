@@ -38,6 +38,11 @@ struct Args {
     /// Append each result as one JSON line to this file (`make bench` builds its summary from it).
     #[arg(long, global = true)]
     record: Option<std::path::PathBuf>,
+    /// Run the whole benchmark on one single-threaded runtime, as kvcm-api's serving threads
+    /// run reads (serial subcommands always do; the others generate load on every core unless
+    /// this is given).
+    #[arg(long, global = true)]
+    single_threaded: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -116,6 +121,9 @@ enum Cmd {
         /// writes its prefix once first.
         #[arg(long, default_value_t = 0)]
         write_prefix: usize,
+        /// The in-process kvcm-api's `serving_threads` (0: its default, one per CPU).
+        #[arg(long, default_value_t = 0)]
+        serving_threads: usize,
     },
     /// Cost of `durability = "replica_ack"`, side by side in one run: two-phase writes of 32
     /// blocks on the data plane with `off` and with `replica_ack` (WAIT for one replica),
@@ -467,7 +475,7 @@ impl Cmd {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let mut runtime = if args.cmd.is_serial() {
+    let mut runtime = if args.single_threaded || args.cmd.is_serial() {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
@@ -591,9 +599,24 @@ async fn run(args: Args) -> Result<()> {
             }
         }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
-        Cmd::Throughput { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix } => {
-            let params =
-                throughput::Params { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix };
+        Cmd::Throughput {
+            concurrency,
+            seconds,
+            prompts,
+            open_loop_fraction,
+            write_instances,
+            write_prefix,
+            serving_threads,
+        } => {
+            let params = throughput::Params {
+                concurrency,
+                seconds,
+                prompts,
+                open_loop_fraction,
+                write_instances,
+                write_prefix,
+                serving_threads,
+            };
             throughput::run(&args.valkey, &args.record, params).await?
         }
         Cmd::Durability { concurrency, seconds, rounds, serial } => {

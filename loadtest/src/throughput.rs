@@ -16,14 +16,16 @@ pub struct Params {
     pub open_loop_fraction: f64,
     pub write_instances: usize,
     pub write_prefix: usize,
+    pub serving_threads: usize,
 }
 
 pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params) -> Result<()> {
-    let Params { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix } = p;
+    let Params { concurrency, seconds, prompts, open_loop_fraction, write_instances, write_prefix, serving_threads } =
+        p;
     let b = Arc::new(Bench::new(valkey, 1).await?);
     let written = prompts * 128;
     let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
-    let (server, stop_tx, serving) = serve(valkey, &b.ns, 1 << 16, |_| {}).await?;
+    let (server, stop_tx, serving) = serve(valkey, &b.ns, 1 << 16, |c| c.serving_threads = serving_threads).await?;
     let dur = std::time::Duration::from_secs(seconds);
     // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
     let direct = {
