@@ -273,8 +273,8 @@ pub fn hit_rate_table_md(rows: &[SweepRow], ctx: &ReportContext) -> String {
 }
 
 /// A percentage with at most two decimals and no trailing zeros (`20`, `0.5`, `0.25`): a
-/// sweep at 0.25% and 0.5% of the distinct blocks must not print both as `0%` or `1%`.
-fn short_percent(p: f64) -> String {
+/// sweep at 0.25% and 0.5% of the distinct blocks must not print both as `0%`.
+pub(crate) fn short_percent(p: f64) -> String {
     let s = format!("{p:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn small_capacities_keep_their_fraction_in_the_hit_rate_table() {
-        // Of 400 distinct blocks, 1 is 0.25% and 2 are 0.5%; rounded to whole percents both were 1%.
+        // Of 400 distinct blocks, 1 is 0.25% and 2 are 0.5%; rounded to whole percents both were 0%.
         let ctx = ReportContext { distinct_blocks: 400, ..ctx() };
         let rows = vec![row(PolicyKind::Lru, 1, 20), row(PolicyKind::Lru, 2, 30), row(PolicyKind::Lru, 40, 40)];
         let table = hit_rate_table_md(&rows, &ctx);

@@ -11,10 +11,10 @@ pub(super) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let trace = load(&args.trace)?;
     let capacity = crate::sweep::capacities_from_fractions(trace.distinct_blocks(), &[args.capacity_fraction])[0];
     println!(
-        "trace {}: {} block accesses per replay; capacity {capacity} blocks ({:.0}% of {} distinct); {} runs of at least 0.2 s per policy, one thread, median reported",
+        "trace {}: {} block accesses per replay; capacity {capacity} blocks ({}% of {} distinct); {} runs of at least 0.2 s per policy, one thread, median reported",
         args.trace.trace.display(),
         trace.accesses(),
-        args.capacity_fraction * 100.0,
+        crate::report::short_percent(args.capacity_fraction * 100.0),
         trace.distinct_blocks(),
         args.runs
     );
