@@ -100,31 +100,7 @@ enum Cmd {
     /// Throughput, side by side in one run: 128-block prefix reads through HTTP vs the same reads
     /// called straight on the data plane (DESIGN §7: HTTP ≥ 60% of direct), and two-phase writes
     /// of 32 new blocks per session through HTTP (target ≥ 5k sessions/s).
-    Throughput {
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-        /// Prompts of 128 blocks written first (8,192 = 1M blocks).
-        #[arg(long, default_value_t = 8192)]
-        prompts: usize,
-        /// Then an open-loop run of HTTP reads at this fraction of the HTTP rate just measured
-        /// (e.g. 0.5: latency at half of saturation); 0 = none.
-        #[arg(long, default_value_t = 0.0)]
-        open_loop_fraction: f64,
-        /// Instances the write sessions are spread over (1: one instance, i.e. one Valkey
-        /// shard's script thread; more: a fleet's instances, on different slots).
-        #[arg(long, default_value_t = 1)]
-        write_instances: usize,
-        /// Each write session sends this many stored keys before its 32 new ones, as connectors
-        /// send a request (every key, the cached prefix first); 0 = the new keys alone. Each task
-        /// writes its prefix once first.
-        #[arg(long, default_value_t = 0)]
-        write_prefix: usize,
-        /// The in-process kvcm-api's `serving_threads` (0: its default, one per CPU).
-        #[arg(long, default_value_t = 0)]
-        serving_threads: usize,
-    },
+    Throughput(throughput::Params),
     /// Cost of `durability = "replica_ack"`, side by side in one run: two-phase writes of 32
     /// blocks on the data plane with `off` and with `replica_ack` (WAIT for one replica),
     /// alternating rounds; sessions/s at --concurrency and serial session latency. Needs a
@@ -599,26 +575,7 @@ async fn run(args: Args) -> Result<()> {
             }
         }
         Cmd::Auth { concurrency, seconds, rounds } => auth::run(&args.valkey, concurrency, seconds, rounds).await?,
-        Cmd::Throughput {
-            concurrency,
-            seconds,
-            prompts,
-            open_loop_fraction,
-            write_instances,
-            write_prefix,
-            serving_threads,
-        } => {
-            let params = throughput::Params {
-                concurrency,
-                seconds,
-                prompts,
-                open_loop_fraction,
-                write_instances,
-                write_prefix,
-                serving_threads,
-            };
-            throughput::run(&args.valkey, &args.record, params).await?
-        }
+        Cmd::Throughput(params) => throughput::run(&args.valkey, &args.record, params).await?,
         Cmd::Durability { concurrency, seconds, rounds, serial } => {
             let rec = durability::run(&args.valkey, concurrency, seconds, rounds, serial).await?;
             record(&args.record, rec)?;

@@ -8,14 +8,31 @@ use kvcm_core::store::get_cache_location::QueryType;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What the subcommand is given (its flags, docs in `Cmd::Throughput`).
+/// The subcommand's flags.
+#[derive(clap::Args)]
 pub struct Params {
+    #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
+    #[arg(long, default_value_t = 5)]
     pub seconds: u64,
+    /// Prompts of 128 blocks written first (8,192 = 1M blocks).
+    #[arg(long, default_value_t = 8192)]
     pub prompts: usize,
+    /// Then an open-loop run of HTTP reads at this fraction of the HTTP rate just measured
+    /// (e.g. 0.5: latency at half of saturation); 0 = none.
+    #[arg(long, default_value_t = 0.0)]
     pub open_loop_fraction: f64,
+    /// Instances the write sessions are spread over (1: one instance, i.e. one Valkey
+    /// shard's script thread; more: a fleet's instances, on different slots).
+    #[arg(long, default_value_t = 1)]
     pub write_instances: usize,
+    /// Each write session sends this many stored keys before its 32 new ones, as connectors
+    /// send a request (every key, the cached prefix first); 0 = the new keys alone. Each task
+    /// writes its prefix once first.
+    #[arg(long, default_value_t = 0)]
     pub write_prefix: usize,
+    /// The in-process kvcm-api's `serving_threads` (0: its default, one per CPU).
+    #[arg(long, default_value_t = 0)]
     pub serving_threads: usize,
 }
 
