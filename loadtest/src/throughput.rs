@@ -2,7 +2,7 @@
 //! through HTTP side by side, an open-loop phase at a fraction of the HTTP rate, and two-phase
 //! writes of 32 new blocks per session through HTTP.
 
-use crate::{Bench, Result, h1, prefix_read, rate, record, register, serve};
+use crate::{Bench, Result, h1, info_field, prefix_read, rate, record, register, serve};
 use kvcm_core::mask::BlockMask;
 use kvcm_core::store::get_cache_location::QueryType;
 use std::sync::Arc;
@@ -44,6 +44,10 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
     let prompts = Arc::new(b.fill(prompts, 128, 1024).await?); // 1,024 kept for reads
     let (server, stop_tx, serving) = serve(valkey, &b.ns, 1 << 16, |c| c.serving_threads = serving_threads).await?;
     let dur = std::time::Duration::from_secs(seconds);
+    // Valkey's CPU per read in each phase: where Valkey's one thread is the bound (a host with
+    // cores for the client and the frontend), the two rates would stand as its inverses.
+    let mut node = b.node().await?;
+    let cpu_before = main_thread_cpu(&mut node).await?;
     // Direct: the data plane's read, as a frontend calls it (locations rendered to JSON).
     let direct = {
         let snap = b.registry.snapshot();
@@ -76,6 +80,7 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
         })
         .await?
     };
+    let cpu_direct = main_thread_cpu(&mut node).await?;
     // HTTP: the same reads through the real router and server. Like the direct side,
     // whose keys are ready, the requests are serialised once up front: the load generator
     // shares the 2 cores, and what is measured is the server.
@@ -98,12 +103,21 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
         })
         .await?
     };
+    let cpu_http = main_thread_cpu(&mut node).await?;
+    let valkey_us = |cpu: f64, done: &Done| cpu * 1e6 / done.ops.max(1) as f64;
+    let (direct_us, http_us) = (valkey_us(cpu_direct - cpu_before, &direct), valkey_us(cpu_http - cpu_direct, &http));
+    let (direct, http) = (direct.rate(), http.rate());
     println!(
         "throughput: 128-block prefix reads, {concurrency} concurrent, {seconds} s each: direct {direct:.0}/s, HTTP {http:.0}/s ({:.0}% of direct)",
         100.0 * http / direct
     );
+    println!(
+        "throughput: Valkey main-thread CPU per read: direct {direct_us:.1} us, HTTP {http_us:.1} us (bound by Valkey's thread alone, HTTP would run at {:.0}% of direct)",
+        100.0 * direct_us / http_us
+    );
     let mut rec = serde_json::json!({"bench": "throughput", "concurrency": concurrency, "seconds": seconds,
-        "blocks": written, "direct_reads_per_s": direct, "http_reads_per_s": http});
+        "blocks": written, "direct_reads_per_s": direct, "http_reads_per_s": http,
+        "valkey_us_per_direct_read": direct_us, "valkey_us_per_http_read": http_us});
     if open_loop_fraction > 0.0 {
         // Half of saturation (or any fraction): arrivals at a fixed rate, latency from the
         // scheduled start.
@@ -151,7 +165,8 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
             Ok(n)
         }
     })
-    .await?;
+    .await?
+    .rate();
     println!(
         "throughput: two-phase writes of 32 blocks through HTTP (after {write_prefix} stored keys), {concurrency} concurrent, {} instance(s): {sessions:.0} sessions/s",
         instances.len()
@@ -173,19 +188,47 @@ pub async fn run(valkey: &str, record_to: &Option<std::path::PathBuf>, p: Params
 }
 
 /// Runs `concurrency` tasks at once, task `i` being `task(i)`, each answering how many operations
-/// it did: their total per second, from the first spawn to the last task's end.
-async fn closed_loop<F, Fut>(concurrency: usize, task: F) -> Result<f64>
+/// it did: their total and the seconds from the first spawn to the last task's end.
+async fn closed_loop<F, Fut>(concurrency: usize, task: F) -> Result<Done>
 where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = Result<u64>> + Send + 'static,
 {
     let t = Instant::now();
     let tasks: Vec<_> = (0..concurrency).map(|i| tokio::spawn(task(i))).collect();
-    let mut total = 0;
+    let mut ops = 0;
     for h in futures::future::join_all(tasks).await {
-        total += h??;
+        ops += h??;
     }
-    Ok(total as f64 / t.elapsed().as_secs_f64())
+    Ok(Done { ops, secs: t.elapsed().as_secs_f64() })
+}
+
+/// What a [`closed_loop`] did.
+struct Done {
+    ops: u64,
+    secs: f64,
+}
+
+impl Done {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.secs
+    }
+}
+
+/// Seconds of CPU the node's main thread has used (`INFO cpu`), the thread every command of an
+/// instance runs on; the whole process's when the node does not report its main thread.
+async fn main_thread_cpu(node: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
+    let main = async {
+        Ok::<_, anyhow::Error>(
+            info_field(node, "cpu", "used_cpu_user_main_thread").await?
+                + info_field(node, "cpu", "used_cpu_sys_main_thread").await?,
+        )
+    }
+    .await;
+    match main {
+        Ok(cpu) => Ok(cpu),
+        Err(_) => Ok(info_field(node, "cpu", "used_cpu_user").await? + info_field(node, "cpu", "used_cpu_sys").await?),
+    }
 }
 
 /// One two-phase write session through HTTP: startWriteCache of `keys`, then finishWriteCache
