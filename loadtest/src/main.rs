@@ -329,11 +329,21 @@ impl Bench {
 }
 
 async fn info_field(node: &mut redis::aio::MultiplexedConnection, section: &str, field: &str) -> Result<f64> {
+    Ok(info_fields(node, section, &[field]).await?[0])
+}
+
+/// Several numeric fields of one `INFO <section>` snapshot, in the order asked.
+async fn info_fields(node: &mut redis::aio::MultiplexedConnection, section: &str, fields: &[&str]) -> Result<Vec<f64>> {
     let info: String = redis::cmd("INFO").arg(section).query_async(node).await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .with_context(|| format!("INFO {section} has no {field}"))
+    fields
+        .iter()
+        .map(|field| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("{field}:")))
+                .and_then(|v| v.trim().parse().ok())
+                .with_context(|| format!("INFO {section} has no {field}"))
+        })
+        .collect()
 }
 
 /// (calls, usec) of one command from INFO commandstats.

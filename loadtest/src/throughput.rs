@@ -2,7 +2,7 @@
 //! through HTTP side by side, an open-loop phase at a fraction of the HTTP rate, and two-phase
 //! writes of 32 new blocks per session through HTTP.
 
-use crate::{Bench, Result, h1, prefix_read, rate, record, register, serve};
+use crate::{Bench, Result, h1, info_fields, prefix_read, rate, record, register, serve};
 use anyhow::Context;
 use kvcm_core::mask::BlockMask;
 use kvcm_core::store::get_cache_location::QueryType;
@@ -224,14 +224,10 @@ impl Done {
 /// on (`INFO cpu`, one snapshot: `used_cpu_user_main_thread` + `used_cpu_sys_main_thread`, which
 /// Valkey reports on Linux; an error where it does not).
 async fn main_thread_cpu(node: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(node).await?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}:")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .with_context(|| format!("INFO cpu has no {name}: the node does not report its main thread's CPU"))
-    };
-    Ok(field("used_cpu_user_main_thread")? + field("used_cpu_sys_main_thread")?)
+    let cpu = info_fields(node, "cpu", &["used_cpu_user_main_thread", "used_cpu_sys_main_thread"])
+        .await
+        .context("the node does not report its main thread's CPU")?;
+    Ok(cpu.iter().sum())
 }
 
 /// One two-phase write session through HTTP: startWriteCache of `keys`, then finishWriteCache
